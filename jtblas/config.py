@@ -1,0 +1,135 @@
+"""The two value types every layer shares: a kernel `Config` and a GEMM `Problem`.
+
+Both are frozen, slotted, keyword-only and hashable, so they can be cached on and passed as
+static arguments to `jax.jit`. This module is pure Python: the model imports it without JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# Operand dtypes the kernel accepts, by NumPy/JAX name, with their size in bytes.
+OPERAND_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# Output dtypes the kernel can store (the fp32 accumulator is cast to one of these).
+OUTPUT_DTYPE_BYTES = dict(OPERAND_DTYPE_BYTES)
+
+VALID_NUM_WARPS = (1, 2, 4, 8, 16)
+# tl.dot needs every block dimension to be at least 16 (an mma instruction's K and N).
+MIN_BLOCK = 16
+MAX_BLOCK = 512
+INPUT_PRECISIONS = ("tf32", "ieee")
+
+
+def _is_power_of_two(value: int) -> bool:
+    return isinstance(value, int) and value > 0 and value & (value - 1) == 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Config:
+    """Meta-parameters of one launch of the GEMM kernel.
+
+    Attributes:
+      block_m, block_n, block_k: the tile each program computes (block_m × block_n of C) and the
+        depth of one K step; powers of two in [16, 512].
+      group_m: rows of tiles walked together by the grouped program ordering (L2 reuse); a power
+        of two ≥ 1.
+      num_warps: warps per program, one of 1, 2, 4, 8, 16.
+      num_stages: software-pipeline depth of the K loop (shared-memory buffers), 1 to 8.
+      split_k: number of programs sharing one tile's K loop; 1 means no split.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    split_k: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            value = getattr(self, name)
+            if not _is_power_of_two(value) or not MIN_BLOCK <= value <= MAX_BLOCK:
+                raise ValueError(
+                    f"Config.{name} must be a power of two in [{MIN_BLOCK}, {MAX_BLOCK}], "
+                    f"got {value!r}"
+                )
+        if not _is_power_of_two(self.group_m) or self.group_m > 64:
+            raise ValueError(f"Config.group_m must be a power of two in [1, 64], got {self.group_m!r}")
+        if self.num_warps not in VALID_NUM_WARPS:
+            raise ValueError(f"Config.num_warps must be one of {VALID_NUM_WARPS}, got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
+            raise ValueError(f"Config.num_stages must be an int in [1, 8], got {self.num_stages!r}")
+        if not _is_power_of_two(self.split_k) or self.split_k > 64:
+            raise ValueError(f"Config.split_k must be a power of two in [1, 64], got {self.split_k!r}")
+
+    def short(self) -> str:
+        """A compact one-line name, e.g. `128x256x64 w8 s3 g8`."""
+        name = (
+            f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} "
+            f"s{self.num_stages} g{self.group_m}"
+        )
+        return name + (f" k{self.split_k}" if self.split_k > 1 else "")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Problem:
+    """One GEMM C[M, N] = A[M, K] · B[K, N] as the kernel sees it.
+
+    Attributes:
+      m, n, k: problem sizes (elements), each ≥ 1.
+      dtype: operand dtype name (`"bfloat16"`, `"float16"` or `"float32"`).
+      out_dtype: output dtype name.
+      transpose_a: A is stored as [K, M] row-major (read through strides).
+      transpose_b: B is stored as [N, K] row-major.
+      input_precision: `"tf32"` or `"ieee"`; only changes fp32 operands.
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    transpose_a: bool = False
+    transpose_b: bool = False
+    input_precision: str = "tf32"
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Problem.{name} must be a positive int, got {value!r}")
+        if self.dtype not in OPERAND_DTYPE_BYTES:
+            raise ValueError(f"Problem.dtype must be one of {sorted(OPERAND_DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.out_dtype not in OUTPUT_DTYPE_BYTES:
+            raise ValueError(
+                f"Problem.out_dtype must be one of {sorted(OUTPUT_DTYPE_BYTES)}, got {self.out_dtype!r}"
+            )
+        if self.input_precision not in INPUT_PRECISIONS:
+            raise ValueError(
+                f"Problem.input_precision must be one of {INPUT_PRECISIONS}, got {self.input_precision!r}"
+            )
+
+    @property
+    def layout(self) -> str:
+        """Two letters, A's then B's: N stored as used, T stored transposed (BLAS convention)."""
+        return ("T" if self.transpose_a else "N") + ("T" if self.transpose_b else "N")
+
+    @property
+    def operand_bytes(self) -> int:
+        """Bytes per operand element."""
+        return OPERAND_DTYPE_BYTES[self.dtype]
+
+    @property
+    def out_bytes(self) -> int:
+        """Bytes per output element."""
+        return OUTPUT_DTYPE_BYTES[self.out_dtype]
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of the product: 2·M·N·K."""
+        return 2 * self.m * self.n * self.k
+
+    def short(self) -> str:
+        """A compact one-line name, e.g. `4096x4096x4096 bfloat16 NN`."""
+        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"

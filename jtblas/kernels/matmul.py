@@ -1,0 +1,105 @@
+"""The tiled GEMM kernel: C = A · B with fp32 accumulation, any strides, masked tails.
+
+Only `@triton.jit` code lives here. The launcher passes runtime arguments in this order:
+operand pointers, sizes, strides, then the output pointer (jax-triton appends outputs last).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Maps a linear program id to (tile row, tile column), walking GROUP_M tile rows together
+    so that consecutive programs share B columns and A rows in L2 (Triton tutorial 03)."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_group = GROUP_M * tiles_n
+    group = pid // tiles_per_group
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % tiles_per_group) % group_rows
+    pid_n = (pid % tiles_per_group) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def hint_multiple_of(value, ALIGN: tl.constexpr):
+    """`value` with the promise that ALIGN divides it (no-op for ALIGN 1, so a stride that the
+    compiler already specialised to the constant 1 passes through)."""
+    if ALIGN > 1:
+        value = tl.multiple_of(value, ALIGN)
+    return value
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr,
+    b_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    c_ptr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    ALIGN_AM: tl.constexpr,
+    ALIGN_AK: tl.constexpr,
+    ALIGN_BK: tl.constexpr,
+    ALIGN_BN: tl.constexpr,
+):
+    """One program computes one BLOCK_M × BLOCK_N tile of C.
+
+    EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
+    INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
+    ALIGN_AM, ...: a power of two dividing that stride (1 for a unit stride), an alignment hint for
+    vector loads that jax-triton does not derive from integer arguments itself.
+    """
+    pid = tl.program_id(0)
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    if INDEX_64:
+        pid_m = pid_m.to(tl.int64)
+        pid_n = pid_n.to(tl.int64)
+    stride_am = hint_multiple_of(stride_am, ALIGN_AM)
+    stride_ak = hint_multiple_of(stride_ak, ALIGN_AK)
+    stride_bk = hint_multiple_of(stride_bk, ALIGN_BK)
+    stride_bn = hint_multiple_of(stride_bn, ALIGN_BN)
+
+    # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
+    # the store below is masked, so wrapped values are never written.
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
+    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,211 @@
+"""One call shape, two backends: a `@triton.jit` kernel on the arrays' platform.
+
+- CUDA: `jax_triton.triton_call` (imported lazily: jax-triton cannot be imported with a
+  CPU-only jaxlib).
+- CPU: Triton's interpreter over NumPy buffers inside `jax.pure_callback`. Same kernel, grid and
+  meta-parameters. bf16 operands are upcast to fp32 first (the interpreter computes bf16 `tl.dot`
+  on raw bits, upstream triton issue 11584; exact, since accumulation is fp32 anyway), and a bf16
+  output is computed in fp32 and rounded to bf16 (round-to-nearest-even, as the kernel's cast).
+
+Both work eagerly and under `jax.jit`. The backend is the platform of concrete input arrays, else
+JAX's default backend; `forced_backend` overrides it (tests lower for CUDA on a CPU machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_override = threading.local()
+
+
+@contextlib.contextmanager
+def forced_backend(platform: str, *, compute_capability: int | None = None) -> Iterator[None]:
+    """Within the block, launches target `platform` ("cuda" or "cpu") regardless of the arrays;
+    `compute_capability` (e.g. 90) lets jax-triton compile for CUDA without querying a GPU."""
+    if platform not in ("cuda", "cpu"):
+        raise ValueError(f"platform must be 'cuda' or 'cpu', got {platform!r}")
+    previous = getattr(_override, "value", None)
+    _override.value = (platform, compute_capability)
+    try:
+        yield
+    finally:
+        _override.value = previous
+
+
+def target_platform(arrays: Sequence[Any]) -> tuple[str, int | None]:
+    """(platform, compute_capability) the launch will target for these operands."""
+    override = getattr(_override, "value", None)
+    if override is not None:
+        return override
+    for array in arrays:
+        if isinstance(array, jax.Array) and not isinstance(array, jax.core.Tracer):
+            return _canonical_platform(next(iter(array.devices())).platform), None
+    return _canonical_platform(jax.default_backend()), None
+
+
+def _canonical_platform(platform: str) -> str:
+    return "cuda" if platform in ("gpu", "cuda") else platform
+
+
+def launch(
+    kernel: Any,
+    *,
+    grid: tuple[int, ...],
+    args: Sequence[jax.Array | int | float],
+    out_shape: jax.ShapeDtypeStruct,
+    num_warps: int,
+    num_stages: int,
+    metaparams: Mapping[str, Any],
+) -> jax.Array:
+    """Runs `kernel[grid](*args, out, **metaparams)` and returns `out`.
+
+    Args:
+      kernel: a `@triton.jit` function whose last runtime argument is the output pointer.
+      grid: program counts per axis (Python ints).
+      args: runtime arguments in kernel order: arrays (pointers) and Python scalars.
+      out_shape: shape and dtype of the output, allocated by the backend.
+      num_warps, num_stages: compile options.
+      metaparams: the kernel's `tl.constexpr` arguments.
+    """
+    arrays = [arg for arg in args if isinstance(arg, (jax.Array, np.ndarray))]
+    platform, compute_capability = target_platform(arrays)
+    if platform == "cuda":
+        import jax_triton  # lazy: needs a CUDA jaxlib plugin
+
+        return jax_triton.triton_call(
+            *args,
+            kernel=kernel,
+            out_shape=out_shape,
+            grid=grid,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            compute_capability=compute_capability,
+            **metaparams,
+        )
+    if platform == "cpu":
+        return _launch_interpreted(kernel, grid, args, out_shape, dict(metaparams))
+    raise NotImplementedError(f"jtblas has no kernel backend for platform {platform!r}")
+
+
+def _launch_interpreted(kernel, grid, args, out_shape, metaparams):
+    array_positions = [i for i, arg in enumerate(args) if not isinstance(arg, (int, float))]
+    scalars = {i: arg for i, arg in enumerate(args) if isinstance(arg, (int, float))}
+    arrays = [args[i] for i in array_positions]
+
+    def callback(*host_arrays):
+        kernel_args = list(range(len(args)))
+        for position, host in zip(array_positions, host_arrays):
+            kernel_args[position] = _HostTensor(_interpreter_operand(np.asarray(host)))
+        for position, value in scalars.items():
+            kernel_args[position] = value
+        out_dtype = np.dtype(out_shape.dtype)
+        compute_dtype = np.float32 if out_dtype == jnp.bfloat16 else out_dtype
+        # Poisoned: an element the kernel does not write stays NaN.
+        out = np.full(out_shape.shape, np.nan, dtype=compute_dtype)
+        with _interpreted_language():
+            _interpreted(kernel)[grid](*kernel_args, _HostTensor(out), **metaparams)
+        return out.astype(out_dtype)
+
+    return jax.pure_callback(callback, out_shape, *arrays, vmap_method="sequential")
+
+
+def _interpreter_operand(array: np.ndarray) -> np.ndarray:
+    if array.dtype == jnp.bfloat16:
+        return array.astype(np.float32)
+    return np.ascontiguousarray(array)
+
+
+_language_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _interpreted_language() -> Iterator[None]:
+    """Swaps triton.language's own `@triton.jit` functions (`tl.cdiv`, `tl.zeros`, ...) for their
+    interpreted versions while a kernel is interpreted, as TRITON_INTERPRET=1 would have made
+    them at import; restored afterwards. (The interpreter patches tl's builtins the same way.)"""
+    import triton.experimental.gluon  # noqa: F401  (imported lazily by the launcher; it checks tl's functions)
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    modules = (tl, tl.standard, tl.math)
+    with _language_lock:
+        saved = []
+        for module in modules:
+            for name, value in list(vars(module).items()):
+                if isinstance(value, JITFunction):
+                    saved.append((module, name, value))
+                    setattr(module, name, _interpreted(value))
+        try:
+            yield
+        finally:
+            for module, name, value in saved:
+                setattr(module, name, value)
+
+
+@functools.cache
+def _interpreted(kernel: Any) -> Any:
+    """The interpreter's version of a `@triton.jit` function, without TRITON_INTERPRET.
+
+    The function is rebuilt over a copy of its module's globals in which every `@triton.jit`
+    helper is itself interpreted, so the compiled kernels of the module stay untouched (a GPU
+    process can use both backends).
+    """
+    import types
+
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    fn = kernel.fn
+    namespace = dict(fn.__globals__)
+    for name in fn.__code__.co_names:  # the globals this function refers to
+        value = fn.__globals__.get(name)
+        if isinstance(value, JITFunction) and value is not kernel:
+            namespace[name] = _interpreted(value)
+    rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    rebuilt.__annotations__ = fn.__annotations__
+    rebuilt.__wrapped__ = fn
+    return InterpretedFunction(rebuilt)
+
+
+class _HostTensor:
+    """The few tensor methods Triton's interpreter calls, over a NumPy array that is already on
+    the host (so 'copy to host and back' are identities)."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self.dtype = array.dtype
+
+    def data_ptr(self) -> int:
+        return self.array.ctypes.data
+
+    def untyped_storage(self) -> _HostTensor:
+        return self
+
+    def cpu(self) -> _HostTensor:
+        return self
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def size(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(s // self.array.itemsize for s in self.array.strides)
+
+    def new_empty(self, *_: Any, **__: Any) -> _HostTensor:
+        return _HostTensor(self.array)
+
+    def set_(self, storage: _HostTensor, *_: Any) -> _HostTensor:
+        return storage
+
+    def copy_(self, _: Any) -> None:
+        pass
