@@ -67,22 +67,35 @@ def matmul(
         check_config(config, problem)
 
     a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)
-    stride_am, stride_ak = (1, m) if transpose_a else (k, 1)
-    stride_bk, stride_bn = (1, k) if transpose_b else (n, 1)
-    out = _launch_gemm(a2, b, problem, config, (stride_am, stride_ak, stride_bk, stride_bn))
+    out = _launch_gemm(a2, b, problem, config)
     return out.reshape(shape.out_shape)
 
 
-def _launch_gemm(a2, b, problem: Problem, config: Config, strides) -> jax.Array:
+class LaunchSpec(NamedTuple):
+    """Everything but the operands that one launch of `matmul_kernel` needs."""
+
+    grid: tuple[int, int]
+    scalars: tuple[int, ...]  # M, N, K, the six matrix strides, the three batch strides
+    num_warps: int
+    num_stages: int
+    metaparams: dict[str, Any]
+
+
+def launch_spec(
+    problem: Problem, config: Config, *, batch: int = 1, batch_strides: tuple[int, int, int] = (0, 0, 0)
+) -> LaunchSpec:
+    """Grid, scalar arguments and meta-parameters of `matmul_kernel` for dense row-major operands
+    (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], C [M, N]); shared by `matmul` and the
+    benchmark, which launches the same kernel on torch tensors."""
     m, n, k = problem.m, problem.n, problem.k
-    stride_am, stride_ak, stride_bk, stride_bn = strides
-    grid = (math.ceil(m / config.block_m) * math.ceil(n / config.block_n),)
-    biggest = max(m * k, k * n, m * n)
-    return launch.launch(
-        matmul_kernel,
-        grid=grid,
-        args=[a2, b, m, n, k, stride_am, stride_ak, stride_bk, stride_bn, n, 1],
-        out_shape=jax.ShapeDtypeStruct((m, n), jnp.dtype(problem.out_dtype)),
+    stride_am, stride_ak = (1, m) if problem.transpose_a else (k, 1)
+    stride_bk, stride_bn = (1, k) if problem.transpose_b else (n, 1)
+    element = problem.operand_bytes
+    tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+    biggest = max(m * k, k * n, m * n) * batch
+    return LaunchSpec(
+        grid=(tiles, batch),
+        scalars=(m, n, k, stride_am, stride_ak, stride_bk, stride_bn, n, 1, *batch_strides),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         metaparams=dict(
@@ -93,11 +106,24 @@ def _launch_gemm(a2, b, problem: Problem, config: Config, strides) -> jax.Array:
             INPUT_PRECISION=problem.input_precision,
             EVEN_K=k % config.block_k == 0,
             INDEX_64=biggest >= _INDEX_32_LIMIT,
-            ALIGN_AM=stride_alignment(stride_am, problem.operand_bytes),
-            ALIGN_AK=stride_alignment(stride_ak, problem.operand_bytes),
-            ALIGN_BK=stride_alignment(stride_bk, problem.operand_bytes),
-            ALIGN_BN=stride_alignment(stride_bn, problem.operand_bytes),
+            ALIGN_AM=stride_alignment(stride_am, element),
+            ALIGN_AK=stride_alignment(stride_ak, element),
+            ALIGN_BK=stride_alignment(stride_bk, element),
+            ALIGN_BN=stride_alignment(stride_bn, element),
         ),
+    )
+
+
+def _launch_gemm(a2: jax.Array, b: jax.Array, problem: Problem, config: Config) -> jax.Array:
+    spec = launch_spec(problem, config)
+    return launch.launch(
+        matmul_kernel,
+        grid=spec.grid,
+        args=[a2, b, *spec.scalars],
+        out_shape=jax.ShapeDtypeStruct((problem.m, problem.n), jnp.dtype(problem.out_dtype)),
+        num_warps=spec.num_warps,
+        num_stages=spec.num_stages,
+        metaparams=spec.metaparams,
     )
 
 

@@ -45,6 +45,9 @@ def matmul_kernel(
     stride_bn,
     stride_cm,
     stride_cn,
+    stride_ab,
+    stride_bb,
+    stride_cb,
     c_ptr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -58,7 +61,8 @@ def matmul_kernel(
     ALIGN_BK: tl.constexpr,
     ALIGN_BN: tl.constexpr,
 ):
-    """One program computes one BLOCK_M × BLOCK_N tile of C.
+    """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
+    independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
 
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
@@ -66,10 +70,15 @@ def matmul_kernel(
     vector loads that jax-triton does not derive from integer arguments itself.
     """
     pid = tl.program_id(0)
+    batch = tl.program_id(1)
     pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if INDEX_64:
         pid_m = pid_m.to(tl.int64)
         pid_n = pid_n.to(tl.int64)
+        batch = batch.to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
     stride_am = hint_multiple_of(stride_am, ALIGN_AM)
     stride_ak = hint_multiple_of(stride_ak, ALIGN_AK)
     stride_bk = hint_multiple_of(stride_bk, ALIGN_BK)
