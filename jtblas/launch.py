@@ -160,7 +160,6 @@ def _interpreted(kernel: Any) -> Any:
     """
     import types
 
-    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     fn = kernel.fn
@@ -172,7 +171,26 @@ def _interpreted(kernel: Any) -> Any:
     rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
     rebuilt.__annotations__ = fn.__annotations__
     rebuilt.__wrapped__ = fn
-    return InterpretedFunction(rebuilt)
+    return _scoped_interpreted_function()(rebuilt)
+
+
+@functools.cache
+def _scoped_interpreted_function() -> type:
+    from triton.runtime.interpreter import InterpretedFunction, _patch_lang
+
+    class ScopedInterpretedFunction(InterpretedFunction):
+        """A device-function call that undoes its patches of triton.language on return.
+        (Triton's own leaves them in place, harmless under TRITON_INTERPRET=1 but fatal to later
+        compilation in a process that also compiles kernels for the GPU.)"""
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            scope = _patch_lang(self.fn)
+            try:
+                return self.rewrite()(*args, **kwargs)
+            finally:
+                scope.restore()
+
+    return ScopedInterpretedFunction
 
 
 class _HostTensor:

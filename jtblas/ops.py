@@ -6,12 +6,14 @@ the GPU); otherwise the analytical model picks one at trace time (`jtblas.select
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
@@ -47,7 +49,15 @@ def matmul(
       config: a `jtblas.Config` to force; None asks the model.
 
     Returns:
-      [..., M, N] in `preferred_element_type`.
+      [..., M, N] in `preferred_element_type`, named `"jtblas_matmul"` for `jax.checkpoint`
+      policies (`jax.checkpoint_policies.save_only_these_names("jtblas_matmul")`).
+
+    Transformations: reverse-mode autodiff (`grad`, `vjp`) runs dx = g·op(b)ᵀ and
+    dw = op(a)ᵀ·g as two more jtblas GEMMs that read the transposes through strides, each with
+    its own model-chosen config (a forced `config` applies to the forward product only); the
+    cotangent g is cast to the operands' dtype first and the gradients come back in the operands'
+    dtypes. `vmap` launches the kernel's batch grid axis (or folds a batched `a` into M).
+    Forward-mode (`jvp`, `jacfwd`) is not supported.
     """
     problem, shape = make_problem(
         a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
@@ -58,17 +68,143 @@ def matmul(
     if problem is None:  # an empty product: no kernel to launch
         out_dtype = jnp.dtype(preferred_element_type or a.dtype)
         return jnp.zeros(shape.out_shape, out_dtype)
-    m, n, k = problem.m, problem.n, problem.k
+    if config is not None:
+        check_config(config, problem)
+    m, k = problem.m, problem.k
+    static = _Static(
+        transpose_a=problem.transpose_a, transpose_b=problem.transpose_b,
+        input_precision=problem.input_precision, out_dtype=problem.out_dtype, config=config,
+    )
+    a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)  # free: dense row-major
+    try:
+        out = _gemm(a2, b, static)
+    except TypeError as error:
+        if "forward-mode" in str(error):  # custom_vjp under jvp/jacfwd
+            raise TypeError(
+                "jtblas.matmul supports reverse-mode differentiation only (jax.grad, jax.vjp, "
+                "jax.jacrev); forward-mode (jax.jvp, jax.jacfwd, jax.linearize) is not "
+                "implemented because the Triton call has no JVP rule. Use reverse mode, or "
+                "jnp.dot / jax.lax.dot_general where forward mode is needed."
+            ) from error
+        raise
+    out = checkpoint_name(out, "jtblas_matmul")
+    return out.reshape(shape.out_shape)
+
+
+class _Static(NamedTuple):
+    """The hashable, non-differentiable part of one product (a `custom_vjp` nondiff argument)."""
+
+    transpose_a: bool
+    transpose_b: bool
+    input_precision: str
+    out_dtype: str
+    config: Config | None  # None: the model picks, per launch
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _gemm(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
+    """op(a) · op(b) for 2-D operands: the differentiable product (custom_vjp outermost, the
+    custom_vmap launcher inside, as jax-triton has neither a JVP nor a batching rule)."""
+    return _batched_launcher(static)(a[None], b[None])[0]
+
+
+def _gemm_fwd(a: jax.Array, b: jax.Array, static: _Static) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _gemm(a, b, static), (a, b)
+
+
+def _gemm_bwd(static: _Static, residuals: tuple[jax.Array, jax.Array], g: jax.Array):
+    """dx = g·op(b)ᵀ and dw = op(a)ᵀ·g, written for the stored layouts so that every operand is
+    read through strides: each is the public `matmul` with transpose flags and config=None."""
+    a, b = residuals
+    ta, tb = static.transpose_a, static.transpose_b
+    # The kernel takes one operand dtype: g (in the output dtype) is cast to the operands' dtype,
+    # which keeps 16-bit tensor cores for mixed-precision training (a bf16 g is the usual choice).
+    g = g.astype(a.dtype)
+    gemm = functools.partial(
+        matmul, precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None
+    )
+    if ta:  # a is stored [K, M]: da = (g·op(b)ᵀ)ᵀ = op(b)·gᵀ
+        da = gemm(b, g, transpose_a=tb, transpose_b=True, preferred_element_type=a.dtype)
+    else:  # da = g·op(b)ᵀ; b stored [N, K] (tb) is op(b)ᵀ already
+        da = gemm(g, b, transpose_b=not tb, preferred_element_type=a.dtype)
+    if tb:  # b is stored [N, K]: db = (op(a)ᵀ·g)ᵀ = gᵀ·op(a)
+        db = gemm(g, a, transpose_a=True, transpose_b=ta, preferred_element_type=b.dtype)
+    else:  # db = op(a)ᵀ·g; a stored [K, M] (ta) is op(a)ᵀ already
+        db = gemm(a, g, transpose_a=not ta, preferred_element_type=b.dtype)
+    return da, db
+
+
+_gemm.defvjp(_gemm_fwd, _gemm_bwd)
+
+
+@functools.cache
+def _batched_launcher(static: _Static) -> Any:
+    """The kernel launch over a batch as a `custom_vmap` function of a [Ba, ., .] and b [Bb, ., .]
+    (each batch size 1, broadcast by a zero batch stride, or the common B) -> [B, M, N].
+
+    Its vmap rule merges the vmapped axis with the existing batch axis (a free reshape) and calls
+    the launcher again, so nested vmaps flatten into one batch grid axis, never a Python loop.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def launch_batched(a: jax.Array, b: jax.Array) -> jax.Array:
+        return _launch_batched(a, b, static)
+
+    @launch_batched.def_vmap
+    def vmap_rule(axis_size: int, in_batched: list[bool], a: jax.Array, b: jax.Array):
+        a = a if in_batched[0] else a[None]  # [S or 1, Ba, ., .]
+        b = b if in_batched[1] else b[None]
+        inner = max(a.shape[1], b.shape[1])
+        a = _merge_batch_axes(a, axis_size, inner)
+        b = _merge_batch_axes(b, axis_size, inner)
+        out = launch_batched(a, b)
+        return out.reshape(axis_size, inner, *out.shape[1:]), True
+
+    return launch_batched
+
+
+def _merge_batch_axes(x: jax.Array, outer: int, inner: int) -> jax.Array:
+    """[So, Bi, r, c] (So ∈ {1, outer}, Bi ∈ {1, inner}) -> [So·Bi, r, c] with So·Bi ∈ {1, outer·inner}.
+
+    The merge is a free reshape unless x is broadcast along one axis only while the other is a
+    real batch (nested vmap over different operands): one stride cannot describe that, so x is
+    broadcast (copied) to the full batch."""
+    batch = x.shape[0] * x.shape[1]
+    if batch not in (1, outer * inner):
+        x = jnp.broadcast_to(x, (outer, inner, *x.shape[2:]))
+    return x.reshape(-1, *x.shape[2:])
+
+
+def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
+    """One kernel launch for a [Ba, ., .] and b [Bb, ., .] (Ba, Bb ∈ {1, B}) -> [B, M, N]."""
+    batch_a, batch_b = a.shape[0], b.shape[0]
+    batch = max(batch_a, batch_b)
+    rows, cols = a.shape[1:]
+    m, k = (cols, rows) if static.transpose_a else (rows, cols)
+    n = b.shape[1] if static.transpose_b else b.shape[2]
+    out_dtype = jnp.dtype(static.out_dtype)
+    if batch == 0:
+        return jnp.zeros((0, m, n), out_dtype)
+    if batch_b == 1 and batch_a > 1 and not static.transpose_a:
+        # Only `a` is batched and stored [Ba, M, K]: the batch folds into M (a free reshape), one
+        # larger GEMM instead of a batch of small ones.
+        out = _launch_batched(a.reshape(1, batch_a * m, k), b, static)
+        return out.reshape(batch_a, m, n)
+    problem = Problem(
+        m=m, n=n, k=k, dtype=jnp.dtype(a.dtype).name, out_dtype=static.out_dtype,
+        transpose_a=static.transpose_a, transpose_b=static.transpose_b,
+        input_precision=static.input_precision,
+    )
+    config = static.config
     if config is None:
         from jtblas.model import select_for_problem  # the model is imported when first needed
 
         config = select_for_problem(problem, hardware.detect())
-    else:
-        check_config(config, problem)
-
-    a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)
-    out = _launch_gemm(a2, b, problem, config)
-    return out.reshape(shape.out_shape)
+    elif batch > 1:
+        check_config(config, problem)  # checked at the boundary for the unbatched problem
+    # Batch stride 0 broadcasts an operand that is not batched.
+    strides = (m * k if batch_a > 1 else 0, k * n if batch_b > 1 else 0, m * n)
+    return _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides)
 
 
 class LaunchSpec(NamedTuple):
@@ -114,13 +250,23 @@ def launch_spec(
     )
 
 
-def _launch_gemm(a2: jax.Array, b: jax.Array, problem: Problem, config: Config) -> jax.Array:
-    spec = launch_spec(problem, config)
+def _launch_gemm(
+    a: jax.Array,
+    b: jax.Array,
+    problem: Problem,
+    config: Config,
+    *,
+    batch: int = 1,
+    batch_strides: tuple[int, int, int] = (0, 0, 0),
+) -> jax.Array:
+    """One launch of `matmul_kernel`: [M, N] for 2-D operands, [batch, M, N] for 3-D ones."""
+    spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides)
+    out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
     return launch.launch(
         matmul_kernel,
         grid=spec.grid,
-        args=[a2, b, *spec.scalars],
-        out_shape=jax.ShapeDtypeStruct((problem.m, problem.n), jnp.dtype(problem.out_dtype)),
+        args=[a, b, *spec.scalars],
+        out_shape=jax.ShapeDtypeStruct(out_shape, jnp.dtype(problem.out_dtype)),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         metaparams=spec.metaparams,

@@ -1,0 +1,48 @@
+"""Float64 references and per-dtype tolerances for GEMM tests."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Relative Frobenius error allowed against a float64 product of the same (dtype-rounded) inputs.
+# The error is the output rounding (bf16: 2^-9, fp16: 2^-12 relative per element) plus fp32
+# accumulation, or tf32's 10-bit mantissa on the inputs for fp32 with DEFAULT precision.
+TOLERANCE = {
+    ("bfloat16", "tf32"): 8e-3,
+    ("float16", "tf32"): 1.5e-3,
+    ("float32", "tf32"): 4e-3,
+    ("float32", "ieee"): 2e-5,
+}
+# When the output is fp32 (preferred_element_type) only accumulation error remains.
+FP32_OUTPUT_TOLERANCE = {"bfloat16": 2e-5, "float16": 2e-5}
+
+DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+
+
+def tolerance(dtype: str, out_dtype: str, precision: str = "tf32") -> float:
+    if out_dtype == "float32" and dtype != "float32":
+        return FP32_OUTPUT_TOLERANCE[dtype]
+    return TOLERANCE[(dtype, precision)]
+
+
+def random_operands(rng, m, n, k, dtype, *, transpose_a=False, transpose_b=False, batch=()):
+    """Random A and B, stored as the layout says, in `dtype`, plus their float64 values as used."""
+    a = rng.standard_normal((*batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a_stored = np.swapaxes(a, -1, -2) if transpose_a else a
+    b_stored = b.T if transpose_b else b
+    a_j = jnp.asarray(np.ascontiguousarray(a_stored), dtype=DTYPES[dtype])
+    b_j = jnp.asarray(np.ascontiguousarray(b_stored), dtype=DTYPES[dtype])
+    a64 = np.asarray(a_j, np.float64)
+    b64 = np.asarray(b_j, np.float64)
+    a64 = np.swapaxes(a64, -1, -2) if transpose_a else a64
+    b64 = b64.T if transpose_b else b64
+    return a_j, b_j, a64 @ b64
+
+
+def relative_error(result: jax.Array, reference: np.ndarray) -> float:
+    result = np.asarray(result, np.float64)
+    assert result.shape == reference.shape, (result.shape, reference.shape)
+    assert np.all(np.isfinite(result)), "non-finite output (an unwritten, poisoned element?)"
+    scale = np.linalg.norm(reference)
+    return float(np.linalg.norm(result - reference) / (scale if scale > 0 else 1.0))

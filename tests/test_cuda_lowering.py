@@ -1,0 +1,60 @@
+"""jax-triton's real CUDA lowering for compute capability 9.0, on a machine without a GPU.
+
+Triton compiles the kernel to PTX during lowering, so a compile error, an unsupported construct on
+sm_90 or a bad meta-parameter fails here, in CI, before any GPU sees it.
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jtblas
+from jtblas import hardware, launch
+from jtblas.model import resources
+
+jax_triton = pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
+
+CONFIGS = [
+    jtblas.Config(),  # the default
+    jtblas.Config(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),
+    jtblas.Config(block_m=64, block_n=64, block_k=32, group_m=1, num_warps=4, num_stages=4),
+    jtblas.Config(block_m=16, block_n=128, block_k=128, group_m=8, num_warps=4, num_stages=4),
+]
+
+
+def lower_for_cuda(fn, *shapes) -> str:
+    with launch.forced_backend("cuda", compute_capability=90):
+        return jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.short())
+@pytest.mark.parametrize(
+    "dtype,layout", [("bfloat16", "NN"), ("float16", "NT"), ("bfloat16", "TN"), ("float32", "TT")]
+)
+def test_forced_configs_compile_for_sm90(config, dtype, layout):
+    transpose_a, transpose_b = layout[0] == "T", layout[1] == "T"
+    m, n, k = 1000, 520, 777  # tails everywhere
+    a = jax.ShapeDtypeStruct((k, m) if transpose_a else (m, k), jnp.dtype(dtype))
+    b = jax.ShapeDtypeStruct((n, k) if transpose_b else (k, n), jnp.dtype(dtype))
+    def product(x, y):
+        return jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
+
+    problem = jtblas.Problem(m=m, n=n, k=k, dtype=dtype, out_dtype=dtype)
+    if resources.fit_errors(config, problem, hardware.H200):  # e.g. fp32 tiles over 227 KB
+        with pytest.raises(ValueError, match="shared memory"):
+            lower_for_cuda(product, a, b)
+    else:
+        assert "triton_kernel_call" in lower_for_cuda(product, a, b)
+
+
+@pytest.mark.parametrize("precision", [None, jax.lax.Precision.HIGHEST])
+def test_fp32_precisions_compile(precision):
+    a = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+    text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, precision=precision, config=CONFIGS[2]), a, a)
+    assert "triton_kernel_call" in text
+
+
+def test_default_selection_compiles_with_batch_dims():
+    a = jax.ShapeDtypeStruct((4, 512, 768), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((768, 3072), jnp.bfloat16)
+    assert "triton_kernel_call" in lower_for_cuda(lambda x, y: jtblas.matmul(x, y), a, b)
