@@ -1,0 +1,83 @@
+"""jtblas.matmul vs jnp.dot under jax.jit, device time per call, on the GPU.
+
+Method (shared/GPU.md): the slope between two loop lengths, (t(2R) - t(R)) / R, of one jitted
+function that runs the product R times in a `lax.fori_loop`; the fixed cost of the call cancels.
+Each iteration writes one element of A from the loop carry, so XLA cannot hoist the product out of
+the loop. The same function body is used for both contenders.
+
+    python benchmarks/matmul_vs_xla.py [--shapes 4096x4096x4096,8192x1024x8192] [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jtblas
+
+
+def looped(product, repeats: int):
+    """A jitted function running `product(a, b)` `repeats` times on a carry-dependent A."""
+
+    def run(a, b):
+        def body(_, carry):
+            a, checksum = carry
+            c = product(a, b)
+            checksum = checksum + c[0, 0].astype(jnp.float32)
+            a = a.at[0, 0].set((checksum * 0).astype(a.dtype) + a[0, 0])
+            return a, checksum
+
+        return jax.lax.fori_loop(0, repeats, body, (a, jnp.float32(0)))[1]
+
+    return jax.jit(run)
+
+
+def seconds_per_call(product, a, b, *, repeats: int = 20, trials: int = 5) -> float:
+    """Median over trials of (t(2R) - t(R)) / R, in seconds."""
+    short, long = looped(product, repeats), looped(product, 2 * repeats)
+    short(a, b).block_until_ready()
+    long(a, b).block_until_ready()
+    slopes = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        short(a, b).block_until_ready()
+        middle = time.perf_counter()
+        long(a, b).block_until_ready()
+        end = time.perf_counter()
+        slopes.append(((end - middle) - (middle - start)) / repeats)
+    return float(np.median(slopes))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="4096x4096x4096")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    results = []
+    print(f"{'M x N x K':>22} {'jtblas us':>10} {'XLA us':>10} {'jtblas/XLA':>10}  config")
+    for text in args.shapes.split(","):
+        m, n, k = (int(x) for x in text.lower().split("x"))
+        key_a, key_b = jax.random.split(jax.random.key(0))
+        a = jax.random.normal(key_a, (m, k), args.dtype)
+        b = jax.random.normal(key_b, (k, n), args.dtype)
+        config = jtblas.select(m, n, k, dtype=args.dtype) if hasattr(jtblas, "select") else jtblas.Config()
+        ours = seconds_per_call(lambda x, y: jtblas.matmul(x, y, config=config), a, b)
+        xla = seconds_per_call(jnp.dot, a, b)
+        flops = 2 * m * n * k
+        print(f"{text:>22} {ours * 1e6:10.1f} {xla * 1e6:10.1f} {xla / ours:10.3f}  {config.short()}"
+              f"   ({flops / ours / 1e12:.0f} vs {flops / xla / 1e12:.0f} TFLOP/s)")
+        results.append(dict(shape=text, dtype=args.dtype, config=config.short(), jtblas_seconds=ours,
+                            xla_seconds=xla, speedup_vs_xla=xla / ours))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__, results=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
