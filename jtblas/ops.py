@@ -75,20 +75,34 @@ def matmul(
         transpose_a=problem.transpose_a, transpose_b=problem.transpose_b,
         input_precision=problem.input_precision, out_dtype=problem.out_dtype, config=config,
     )
+    if _forward_mode(a, b):
+        raise TypeError(_NO_FORWARD_MODE)
     a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)  # free: dense row-major
     try:
         out = _gemm(a2, b, static)
-    except TypeError as error:
-        if "forward-mode" in str(error):  # custom_vjp under jvp/jacfwd
-            raise TypeError(
-                "jtblas.matmul supports reverse-mode differentiation only (jax.grad, jax.vjp, "
-                "jax.jacrev); forward-mode (jax.jvp, jax.jacfwd, jax.linearize) is not "
-                "implemented because the Triton call has no JVP rule. Use reverse mode, or "
-                "jnp.dot / jax.lax.dot_general where forward mode is needed."
-            ) from error
+    except TypeError as error:  # custom_vjp's own message, in cases _forward_mode cannot see
+        if "forward-mode" in str(error):
+            raise TypeError(_NO_FORWARD_MODE) from error
         raise
     out = checkpoint_name(out, "jtblas_matmul")
     return out.reshape(shape.out_shape)
+
+
+_NO_FORWARD_MODE = (
+    "jtblas.matmul supports reverse-mode differentiation only (jax.grad, jax.vjp, jax.jacrev); "
+    "forward-mode (jax.jvp, jax.jacfwd, jax.hessian) is not implemented: the product is a "
+    "custom_vjp around a Triton call, which has no JVP rule. Use reverse mode, or "
+    "jax.lax.dot_general where forward mode is needed."
+)
+
+
+def _forward_mode(*arrays: Any) -> bool:
+    """True when an operand carries a forward-mode tangent (jvp, jacfwd). Under jit, custom_vjp
+    only fails at lowering with a terse message; this check raises a clear one at trace time.
+    With direct linearization (JAX's default) `grad` traces LinearizeTracers, never JVPTracers."""
+    if not jax.config.jax_use_direct_linearize:
+        return False
+    return any(isinstance(x, jax.interpreters.ad.JVPTracer) for x in arrays)
 
 
 class _Static(NamedTuple):
