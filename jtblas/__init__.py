@@ -1,7 +1,17 @@
 """jtblas: fast GEMM for JAX by Triton kernels whose meta-parameters come from an analytical model."""
 
 from jtblas.config import Config, Problem
+from jtblas.contraction import dot_general
 from jtblas.ops import matmul
 
-__all__ = ["Config", "Problem", "matmul"]
+__all__ = ["Config", "Problem", "dot_general", "matmul", "nn"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # `jtblas.nn` imports Flax: loaded on first use so that `import jtblas` stays cheap.
+    if name == "nn":
+        import importlib
+
+        return importlib.import_module("jtblas.nn")
+    raise AttributeError(f"module 'jtblas' has no attribute {name!r}")
