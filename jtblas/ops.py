@@ -122,33 +122,45 @@ def _gemm(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     return _batched_launcher(static)(a[None], b[None])[0]
 
 
-def _gemm_fwd(a: jax.Array, b: jax.Array, static: _Static) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return _gemm(a, b, static), (a, b)
+def _gemm_fwd(a: Any, b: Any, static: _Static) -> tuple[jax.Array, tuple[Any, Any]]:
+    # symbolic_zeros: `a` and `b` come as CustomVJPPrimal(value, perturbed). Only the residuals a
+    # gradient needs are kept: da needs b, db needs a (a data input, not perturbed, needs no da:
+    # one GEMM less per first layer).
+    out = _gemm(a.value, b.value, static)
+    return out, (a.value if b.perturbed else None, b.value if a.perturbed else None)
 
 
-def _gemm_bwd(static: _Static, residuals: tuple[jax.Array, jax.Array], g: jax.Array):
+def _gemm_bwd(static: _Static, residuals: tuple[Any, Any], g: Any) -> tuple[Any, Any]:
     """dx = g·op(b)ᵀ and dw = op(a)ᵀ·g, written for the stored layouts so that every operand is
     read through strides: each is the public `matmul` with transpose flags and config=None."""
     a, b = residuals
+    if isinstance(g, jax.custom_derivatives.SymbolicZero):
+        return None, None
     ta, tb = static.transpose_a, static.transpose_b
+    dtype = (a if a is not None else b).dtype  # a and b share one dtype
     # The kernel takes one operand dtype: g (in the output dtype) is cast to the operands' dtype,
     # which keeps 16-bit tensor cores for mixed-precision training (a bf16 g is the usual choice).
-    g = g.astype(a.dtype)
+    g = g.astype(dtype)
     gemm = functools.partial(
-        matmul, precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None
+        matmul,
+        precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None,
+        preferred_element_type=dtype,
     )
-    if ta:  # a is stored [K, M]: da = (g·op(b)ᵀ)ᵀ = op(b)·gᵀ
-        da = gemm(b, g, transpose_a=tb, transpose_b=True, preferred_element_type=a.dtype)
-    else:  # da = g·op(b)ᵀ; b stored [N, K] (tb) is op(b)ᵀ already
-        da = gemm(g, b, transpose_b=not tb, preferred_element_type=a.dtype)
-    if tb:  # b is stored [N, K]: db = (op(a)ᵀ·g)ᵀ = gᵀ·op(a)
-        db = gemm(g, a, transpose_a=True, transpose_b=ta, preferred_element_type=b.dtype)
-    else:  # db = op(a)ᵀ·g; a stored [K, M] (ta) is op(a)ᵀ already
-        db = gemm(a, g, transpose_a=not ta, preferred_element_type=b.dtype)
+    da = db = None
+    if b is not None:
+        if ta:  # a is stored [K, M]: da = (g·op(b)ᵀ)ᵀ = op(b)·gᵀ
+            da = gemm(b, g, transpose_a=tb, transpose_b=True)
+        else:  # da = g·op(b)ᵀ; b stored [N, K] (tb) is op(b)ᵀ already
+            da = gemm(g, b, transpose_b=not tb)
+    if a is not None:
+        if tb:  # b is stored [N, K]: db = (op(a)ᵀ·g)ᵀ = gᵀ·op(a)
+            db = gemm(g, a, transpose_a=True, transpose_b=ta)
+        else:  # db = op(a)ᵀ·g; a stored [K, M] (ta) is op(a)ᵀ already
+            db = gemm(a, g, transpose_a=not ta)
     return da, db
 
 
-_gemm.defvjp(_gemm_fwd, _gemm_bwd)
+_gemm.defvjp(_gemm_fwd, _gemm_bwd, symbolic_zeros=True)
 
 
 @functools.cache
