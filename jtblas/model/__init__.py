@@ -1,8 +1,23 @@
-"""The analytical model (placeholder until the model lands: a fixed, fitting config)."""
+"""The analytical model: `Problem` + `Hardware` → feasible `Config`s → predicted time → the winner.
 
-from jtblas.config import Config, Problem
-from jtblas.hardware import Hardware
+Modules, one job each: `resources` (shared memory, registers, occupancy, instruction layout),
+`candidates` (the search space and its feasibility rules), `cost` (the equations, in one place),
+`select` (argmin, cache, explanation). Pure Python: imports neither JAX nor Triton and queries no
+device, so it runs and is tested on any machine with any hardware description.
+"""
 
+from jtblas.model.candidates import candidates_for_problem, rejection_reasons
+from jtblas.model.cost import Constants, Estimate, estimate
+from jtblas.model.select import Explanation, clear_cache, explain_problem, select_for_problem
 
-def select_for_problem(problem: Problem, hardware: Hardware) -> Config:
-    return Config(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3)
+__all__ = [
+    "Constants",
+    "Estimate",
+    "Explanation",
+    "candidates_for_problem",
+    "clear_cache",
+    "estimate",
+    "explain_problem",
+    "rejection_reasons",
+    "select_for_problem",
+]

@@ -49,3 +49,107 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
     if threads > 1024:
         errors.append(f"num_warps={config.num_warps} gives {threads} threads, over 1024 per block")
     return errors
+
+
+# --- Occupancy and instruction layout (used by the cost model) ------------------------------------
+
+# The CUDA runtime reserves 1 KB of shared memory per resident block on cc 8.x and 9.x (CUDA C++
+# Programming Guide, "Shared Memory" in the compute capability 8.x/9.0 sections).
+SHARED_MEMORY_RESERVED_PER_BLOCK = 1024
+# Resident blocks per SM: 32 on cc 8.0 and 9.0 (CUDA C++ Programming Guide, technical
+# specifications table).
+MAX_BLOCKS_PER_SM = 32
+# Registers are allocated per thread in units of 8 (256 per warp) on cc 8.x/9.x (CUDA occupancy
+# calculator's "register allocation unit size").
+REGISTER_ALLOCATION_UNIT = 8
+# Hopper's warpgroup MMA covers 64 rows per warpgroup of 4 warps; Triton 3.x lowers tl.dot to
+# wgmma only when block_m % 64 == 0 and num_warps % 4 == 0 (AccelerateMatmul, `supportMMA(.., 3)`),
+# and to the older mma.sync (or FMA for fp32 with input_precision="ieee") otherwise.
+WGMMA_ROWS = 64
+
+
+def uses_wgmma(config: Config, problem: Problem, hardware: Hardware) -> bool:
+    """True when Triton lowers this tile's tl.dot to Hopper's wgmma (else mma.sync or FMA)."""
+    return (
+        hardware.wgmma
+        and not uses_fma(problem)
+        and config.block_m % WGMMA_ROWS == 0
+        and config.num_warps % 4 == 0
+    )
+
+
+def uses_fma(problem: Problem) -> bool:
+    """True when tl.dot runs on the fp32 FMA units: fp32 operands with input_precision="ieee"."""
+    return problem.dtype == "float32" and problem.input_precision == "ieee"
+
+
+def warp_grid(config: Config, problem: Problem, hardware: Hardware) -> tuple[int, int]:
+    """(warps along M, warps along N) of the accumulator, as Triton 3.x lays them out.
+
+    wgmma (`warpsPerTileV3`): starts at (4, 1) and doubles M while block_m exceeds 16 rows per warp,
+    else N. mma.sync (`warpsPerTileV2`): doubles M while M has at least as many 16-row fragments per
+    warp as N has 16-column pairs, else N.
+    """
+    warps = config.num_warps
+    if uses_wgmma(config, problem, hardware):
+        warps_m, warps_n = 4, 1
+        while warps_m * warps_n < warps:
+            if config.block_m > 16 * warps_m:
+                warps_m *= 2
+            else:
+                warps_n *= 2
+        return warps_m, warps_n
+    warps_m, warps_n = 1, 1
+    while warps_m * warps_n < warps:
+        if config.block_m // 16 // warps_m >= config.block_n // 16 // warps_n:
+            if warps_m < config.block_m // 16:
+                warps_m *= 2
+            else:
+                warps_n *= 2
+        else:
+            warps_n *= 2
+    return warps_m, warps_n
+
+
+def shared_memory_reads_per_step(config: Config, problem: Problem, hardware: Hardware) -> int:
+    """Bytes the tensor-core (or FMA) instructions read from shared memory per K step of one tile.
+
+    wgmma: each warpgroup issues one m64·n·k instruction per 64 of its rows, and each reads its
+    A rows and its B columns: A is read once per warpgroup column (warps_n / 1 groups), B once per
+    64 rows of the tile: bytes = block_k · (block_m · warpgroups_n + block_n · block_m / 64).
+    mma.sync/FMA: each warp loads its A rows and its B columns (ldmatrix):
+    bytes = block_k · (block_m · warps_n + block_n · warps_m).
+    """
+    warps_m, warps_n = warp_grid(config, problem, hardware)
+    if uses_wgmma(config, problem, hardware):
+        elements = config.block_m * warps_n + config.block_n * (config.block_m // WGMMA_ROWS)
+    else:
+        elements = config.block_m * warps_n + config.block_n * warps_m
+    return config.block_k * elements * problem.operand_bytes
+
+
+def register_limited_programs(config: Config, hardware: Hardware) -> int:
+    """Programs per SM the register file allows (registers per thread rounded to the unit)."""
+    per_thread = -(-registers_per_thread(config) // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    return hardware.regs_per_sm // (per_thread * 32 * config.num_warps)
+
+
+def shared_memory_limited_programs(config: Config, problem: Problem, hardware: Hardware) -> int:
+    """Programs per SM the shared memory allows (with the runtime's 1 KB per block)."""
+    per_program = shared_memory_bytes(config, problem) + SHARED_MEMORY_RESERVED_PER_BLOCK
+    return hardware.smem_per_sm // per_program
+
+
+def thread_limited_programs(config: Config, hardware: Hardware) -> int:
+    """Programs per SM the resident-thread limit allows."""
+    return hardware.max_threads_per_sm // (32 * config.num_warps)
+
+
+def programs_per_sm(config: Config, problem: Problem, hardware: Hardware) -> int:
+    """Programs of this config resident on one SM at once (occupancy), at least 0."""
+    return min(
+        shared_memory_limited_programs(config, problem, hardware),
+        register_limited_programs(config, hardware),
+        thread_limited_programs(config, hardware),
+        MAX_BLOCKS_PER_SM,
+    )

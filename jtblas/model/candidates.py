@@ -1,0 +1,181 @@
+"""The search space: every kernel configuration the model ranks for one problem.
+
+`candidates_for_problem` enumerates tiles, warps, stages and group sizes and keeps those that
+pass `rejection_reasons` (each rule below, with its reason). The exhaustive-search oracle times
+exactly this list, so it is kept to a few hundred configurations per shape by rules about what
+the hardware can run and what the problem can use, never by predicted times.
+
+Pure Python: no JAX, no Triton.
+"""
+
+from __future__ import annotations
+
+from jtblas.config import Config, Problem
+from jtblas.hardware import Hardware
+from jtblas.model import resources
+
+# Tile sizes, block_k and pipeline depths searched. 16 is tl.dot's smallest dimension; 256 is
+# the largest tile edge whose fp32 accumulator fits in registers with 8 warps (256x128).
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+BLOCK_K_SIZES = (16, 32, 64, 128, 256)
+NUM_WARPS = (4, 8)
+NUM_STAGES = (2, 3, 4, 5, 6)
+# group_m 1 is row-major program order; 8 is tutorial 03's grouped order (L2 reuse of B columns).
+GROUP_SIZES = (1, 8)
+
+# A K step should read at least 64 bytes of each operand row (two 32-byte sectors): narrower
+# steps halve the useful bytes per memory transaction and double the loop overhead. So block_k
+# ≥ 32 for 2-byte dtypes, ≥ 16 for fp32 (unless K itself is smaller).
+MIN_ROW_BYTES_PER_STEP = 64
+# Each warp must own at least one m16n8 mma fragment of the accumulator: 16·8 / 32 threads = 4
+# fp32 registers per thread; fewer and Triton replicates work across warps.
+MIN_ACCUMULATORS_PER_THREAD = 4
+# 8 warps only for tiles of at least 64x128: below that, 4 warps already hold the tile and the
+# extra warps only duplicate operand fragments (Triton's opt_flags and Inductor both bound
+# num_warps by tile area; opt_flags uses bm·bn/4096).
+MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS = 1024
+# Triton pipelines wgmma asynchronously (one MMA group left in flight across iterations), which
+# holds one stage's buffers; with 2 stages no load could be in flight during the MMA, so wgmma
+# tiles get at least 3 (none of tutorial 03's Hopper configs uses 2).
+MIN_STAGES_WGMMA = 3
+# On wgmma GPUs, mma.sync tiles (block_m < 64) are searched only for M < 128: from 128 rows on,
+# 64-row tiles waste at most a third of their rows to padding (M = 129 → 192 rows), and wgmma
+# runs ~1.5x faster than mma.sync (cost.Constants.mma_sync_fraction_on_wgmma_gpu).
+MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
+
+
+def next_power_of_two(value: int) -> int:
+    """Smallest power of two ≥ value (value ≥ 1)."""
+    return 1 << (value - 1).bit_length()
+
+
+def block_limits(problem: Problem, hardware: Hardware) -> tuple[int, int, int, int]:
+    """(largest block_m, largest block_n, smallest block_k, largest block_k) for this problem.
+
+    A block larger than the next power of two of its dimension only multiplies padding, except
+    that on wgmma GPUs block_m may reach 64 (the smallest wgmma tile) even for M < 64: the model
+    weighs 4x padded rows on wgmma against mma.sync's lower rate.
+    """
+    min_rows = resources.WGMMA_ROWS if hardware.wgmma else BLOCK_SIZES[0]
+    max_m = max(min_rows, next_power_of_two(problem.m))
+    max_n = max(BLOCK_SIZES[0], next_power_of_two(problem.n))
+    max_k = max(BLOCK_K_SIZES[0], next_power_of_two(problem.k))
+    min_k = min(max_k, max(BLOCK_K_SIZES[0], MIN_ROW_BYTES_PER_STEP // problem.operand_bytes))
+    return max_m, max_n, min_k, max_k
+
+
+def min_block_m(problem: Problem, hardware: Hardware) -> int:
+    """Smallest block_m searched: 64 (wgmma) on wgmma GPUs once M ≥ 128, else 16."""
+    if hardware.wgmma and problem.m > MMA_SYNC_MAX_M_ON_WGMMA_GPU:
+        return resources.WGMMA_ROWS
+    return BLOCK_SIZES[0]
+
+
+def min_stages(block_m: int, num_warps: int, problem: Problem, hardware: Hardware) -> int:
+    """Fewest stages searched: 3 for tiles Triton lowers to async wgmma, else 2."""
+    wgmma = hardware.wgmma and not resources.uses_fma(problem) and block_m % resources.WGMMA_ROWS == 0 \
+        and num_warps % 4 == 0
+    return MIN_STAGES_WGMMA if wgmma else NUM_STAGES[0]
+
+
+def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
+    """Why `config` is not in the search space for `problem` on `hardware`; empty if it is.
+
+    Hard limits (the kernel cannot run, or spills): shared memory, threads, registers. Search
+    limits (it runs, but can never be worth timing): blocks beyond the problem, too little work
+    per warp, stages beyond the K loop, split-K (not yet supported).
+    """
+    reasons = list(resources.fit_errors(config, problem, hardware))
+    registers = resources.registers_per_thread(config)
+    if registers > hardware.max_regs_per_thread:
+        reasons.append(
+            f"{registers} registers per thread ({resources.accumulator_registers_per_thread(config)} "
+            f"accumulators + {resources.NON_ACCUMULATOR_REGISTERS}) exceed "
+            f"{hardware.max_regs_per_thread}: the kernel would spill"
+        )
+    elif resources.programs_per_sm(config, problem, hardware) < 1:
+        reasons.append("not even one program fits on an SM")
+    max_m, max_n, min_k, max_k = block_limits(problem, hardware)
+    low_m = min_block_m(problem, hardware)
+    if config.block_m not in BLOCK_SIZES or not low_m <= config.block_m <= max_m:
+        reasons.append(f"block_m={config.block_m} outside {BLOCK_SIZES} in [{low_m}, {max_m}] for M={problem.m}")
+    if config.block_n not in BLOCK_SIZES or config.block_n > max_n:
+        reasons.append(f"block_n={config.block_n} outside {BLOCK_SIZES} up to {max_n} for N={problem.n}")
+    if config.block_k not in BLOCK_K_SIZES or not min_k <= config.block_k <= max_k:
+        reasons.append(f"block_k={config.block_k} outside [{min_k}, {max_k}] for K={problem.k}")
+    if config.num_warps not in NUM_WARPS:
+        reasons.append(f"num_warps={config.num_warps} not in {NUM_WARPS}")
+    if resources.accumulator_registers_per_thread(config) < MIN_ACCUMULATORS_PER_THREAD:
+        reasons.append(f"{config.num_warps} warps for a {config.block_m}x{config.block_n} tile leave a warp idle")
+    if config.num_warps == 8 and config.block_m * config.block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
+        reasons.append(f"8 warps for a {config.block_m}x{config.block_n} tile (4 warps hold it)")
+    k_steps = -(-problem.k // config.block_k)
+    low_s = min_stages(config.block_m, config.num_warps, problem, hardware)
+    if config.num_stages not in NUM_STAGES or not low_s <= config.num_stages <= max(low_s, k_steps + 1):
+        reasons.append(
+            f"num_stages={config.num_stages} outside {NUM_STAGES} in [{low_s}, {max(low_s, k_steps + 1)}] "
+            f"for {k_steps} K steps"
+        )
+    if config.group_m not in _group_sizes(config.block_m, config.block_n, problem):
+        reasons.append(f"group_m={config.group_m} not in {_group_sizes(config.block_m, config.block_n, problem)}")
+    if config.split_k != 1:
+        reasons.append("split_k > 1 is not supported yet")
+    return reasons
+
+
+def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...]:
+    """Group sizes that give distinct program orders: with one row or one column of tiles every
+    group size walks the tiles in the same order, so only group_m=1 is kept."""
+    tiles_m = -(-problem.m // block_m)
+    tiles_n = -(-problem.n // block_n)
+    return GROUP_SIZES if tiles_m > 1 and tiles_n > 1 else (1,)
+
+
+def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
+    """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
+    block_k, num_warps, num_stages, group_m ascending). Equal to the configs of
+    BLOCK_SIZES x ... x GROUP_SIZES with no `rejection_reasons`, computed with the same integer
+    arithmetic but without building rejected Configs (select stays fast)."""
+    max_m, max_n, min_k, max_k = block_limits(problem, hardware)
+    low_m = min_block_m(problem, hardware)
+    element = problem.operand_bytes
+    result = []
+    for block_m in BLOCK_SIZES:
+        if not low_m <= block_m <= max_m:
+            continue
+        for block_n in BLOCK_SIZES:
+            if block_n > max_n:
+                continue
+            groups = _group_sizes(block_m, block_n, problem)
+            for num_warps in NUM_WARPS:
+                accumulators = block_m * block_n // (32 * num_warps)
+                if accumulators < MIN_ACCUMULATORS_PER_THREAD:
+                    continue
+                if accumulators + resources.NON_ACCUMULATOR_REGISTERS > hardware.max_regs_per_thread:
+                    continue
+                if num_warps == 8 and block_m * block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
+                    continue
+                for block_k in BLOCK_K_SIZES:
+                    if not min_k <= block_k <= max_k:
+                        continue
+                    k_steps = -(-problem.k // block_k)
+                    low_s = min_stages(block_m, num_warps, problem, hardware)
+                    for num_stages in NUM_STAGES:
+                        if not low_s <= num_stages <= max(low_s, k_steps + 1):
+                            continue
+                        if num_stages * (block_m + block_n) * block_k * element > hardware.smem_per_block:
+                            continue
+                        for group_m in groups:
+                            config = Config(
+                                block_m=block_m, block_n=block_n, block_k=block_k, group_m=group_m,
+                                num_warps=num_warps, num_stages=num_stages,
+                            )
+                            if resources.programs_per_sm(config, problem, hardware) >= 1:
+                                result.append(config)
+    result.sort(key=_order)
+    return result
+
+
+def _order(config: Config) -> tuple[int, ...]:
+    return (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages,
+            config.group_m)

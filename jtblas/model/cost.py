@@ -1,0 +1,313 @@
+"""The performance model's equations, in one place: predicted seconds of one config on one problem.
+
+The kernel runs one program per block_m x block_n tile of C (a 2-D grid walked in grouped
+order); each program loops over K in block_k steps through a num_stages-deep software pipeline
+and stores its tile once. `estimate` predicts its time as
+
+    predicted = launch + max(sm_seconds, memory_seconds)
+
+    sm_seconds     = max(tiles_per_sm · tile_throughput,            # the busiest SM's resources
+                         ceil(tiles_per_sm / programs_per_sm) · tile_latency)   # its latency chain
+    memory_seconds = max(dram_bytes / DRAM bandwidth, l2_bytes / L2 bandwidth) + first-load latency
+
+    tile_throughput = k_steps · step_seconds + epilogue_seconds
+    tile_latency    = fill_seconds + max(k_steps · step_seconds, (k_steps − 1) · latency / loads_in_flight)
+                      + epilogue_seconds
+    step_seconds    = max(mma, shared-memory traffic, load port) + loop overhead     (one K step)
+
+`tiles_per_sm = ceil(tiles / SMs)` is the wave quantization (the busiest SM does that many tiles;
+with several programs per SM they share its tensor cores, shared memory and load port, so the
+throughput term charges them in full and the latency term lets `programs_per_sm` of them overlap).
+All work is on padded tile sizes (tails cost a whole tile). Every term is non-decreasing in M, N
+and K for a fixed config at fixed operand alignment and K-tail class (see docs/model.md).
+
+Pure Python: no JAX, no Triton. The constants are in `Constants` with their sources; a calibrated
+profile (a later `jtblas calibrate`) replaces them without touching the equations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jtblas.config import Config, Problem
+from jtblas.hardware import Hardware
+from jtblas.model import resources
+
+NANO = 1e-9
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Constants:
+    """Model constants not in the hardware description, each with its source.
+
+    Attributes:
+      memory_latency_seconds: latency of one pipelined global load under load (s). DRAM latency on
+        Hopper is ~480-500 clocks idle (Luo et al. 2024, "Benchmarking and Dissecting the Nvidia
+        Hopper GPU Architecture") and 600-800 ns under a saturating stream; we take 700 ns so that
+        `num_stages − 1` loads in flight must cover it.
+      smem_bytes_per_clock: shared-memory bandwidth per SM (bytes/clock): 32 banks x 4 bytes on
+        cc 8.x/9.x (CUDA C++ Programming Guide, "Shared Memory").
+      load_bytes_per_clock: bytes one SM can bring in from L2/DRAM per clock (its load port): 64,
+        i.e. 112 GB/s at the H200's 1.755 GHz, 3.4x a fair 1/132 share of its DRAM bandwidth, so at
+        least ~39 busy SMs are needed to saturate DRAM (Triton's former matmul_perf_model assumed
+        ~32 programs; calibration, see docs/model.md).
+      mma_sync_fraction_on_wgmma_gpu: rate of mma.sync relative to wgmma on Hopper, for tiles with
+        block_m < 64: about two thirds (Luo et al. 2024 measure legacy mma.sync on H800 well below
+        wgmma's dense rate; calibration, see docs/model.md).
+      k_step_overhead_clocks: non-overlapped cost of one K iteration of one program (clocks):
+        barrier, async-copy wait, wgmma fence/commit, pointer increments. An estimate of a few
+        dozen instructions on the critical path (calibration, see docs/model.md).
+      l2_usable_fraction: fraction of the L2 that holds operand panels between reuses. Hopper's L2
+        is two partitions and lines read by SMs of both may be held twice; half is a conservative
+        capacity for data every SM reads (calibration, see docs/model.md).
+      full_vector_bytes: width of a full vector load (16 bytes, `ld.global.v4.b32`/cp.async 16).
+        An operand whose rows are only v-byte aligned is loaded v bytes at a time and costs
+        full_vector_bytes / v times as much load-port time (shared/DESIGN.md: odd sizes run at
+        15-30% of the aligned speed).
+    """
+
+    memory_latency_seconds: float = 700 * NANO
+    smem_bytes_per_clock: float = 128.0
+    load_bytes_per_clock: float = 64.0
+    mma_sync_fraction_on_wgmma_gpu: float = 0.65
+    k_step_overhead_clocks: float = 32.0
+    l2_usable_fraction: float = 0.5
+    full_vector_bytes: int = 16
+
+
+DEFAULT_CONSTANTS = Constants()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    """The predicted time of one config on one problem, with every term (seconds unless named).
+
+    Schedule: tiles, tiles_per_sm (on the busiest SM: the wave quantization), programs_per_sm
+    (occupancy), waves (= ceil(tiles / (SMs · programs_per_sm))), active_sms, k_steps,
+    padding_waste (fraction of the padded MMA work outside the problem), uses_wgmma.
+    One K step of one program: step_mma, step_smem, step_load, step_overhead, step (= max of the
+    first three + overhead), step_latency (= latency / loads_in_flight: the least time per step
+    that the pipeline's loads in flight allow).
+    One tile: fill (first stage's latency and bytes), epilogue (store of the C tile),
+    tile_throughput, tile_latency.
+    Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
+    dram, l2, memory_latency, memory (= max(dram, l2) + memory_latency); launch; predicted_seconds.
+    """
+
+    config: Config
+    tiles: int
+    tiles_per_sm: int
+    programs_per_sm: int
+    waves: int
+    active_sms: int
+    k_steps: int
+    padding_waste: float
+    uses_wgmma: bool
+    step_mma: float
+    step_smem: float
+    step_load: float
+    step_overhead: float
+    step: float
+    step_latency: float
+    fill: float
+    epilogue: float
+    tile_throughput: float
+    tile_latency: float
+    sm_throughput: float
+    sm_latency: float
+    sm: float
+    dram_bytes: float
+    l2_bytes: float
+    l2_hit_rate: float
+    dram: float
+    l2: float
+    memory_latency: float
+    memory: float
+    launch: float
+    predicted_seconds: float
+
+    def compose(self) -> float:
+        """The total recomputed from the kernel-level terms (equals predicted_seconds)."""
+        return self.launch + max(
+            max(self.sm_throughput, self.sm_latency),
+            max(self.dram, self.l2) + self.memory_latency,
+        )
+
+    @property
+    def bound(self) -> str:
+        """What limits this config, in a word: launch, dram, l2 (memory system); latency (too
+        few loads in flight per K step), fill (per-tile pipeline fill and epilogue that no other
+        program overlaps); compute, smem, load-port (the busiest SM's per-step resources)."""
+        if self.launch >= max(self.sm, self.memory):
+            return "launch"
+        if self.memory >= self.sm:
+            return "dram" if self.dram >= self.l2 else "l2"
+        if self.sm_latency > self.sm_throughput:
+            return "latency" if self.step_latency > self.step else "fill"
+        parts = {"compute": self.step_mma, "smem": self.step_smem, "load-port": self.step_load}
+        return max(parts, key=parts.get)
+
+
+def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
+                         constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """Seconds per FLOP on one SM's tensor cores (or FMA units) for this tile's instructions.
+
+    fp32 with input_precision "ieee" runs on FMA units (hardware.fp32_flops); otherwise the
+    tensor-core rate of the dtype (fp32 meaning tf32), divided by the mma.sync penalty where a
+    wgmma GPU runs a tile too short for wgmma (block_m < 64).
+    """
+    if resources.uses_fma(problem):
+        rate = hardware.fp32_flops
+    else:
+        rate = hardware.tensor_flops[problem.dtype]
+        if hardware.wgmma and not resources.uses_wgmma(config, problem, hardware):
+            rate *= constants.mma_sync_fraction_on_wgmma_gpu
+    return hardware.sm_count / rate
+
+
+def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int:
+    """K steps whose loads are in flight while one step computes: num_stages − 1, less one for
+    async wgmma, whose in-flight MMA group still holds the previous stage's buffers (Triton's
+    Hopper pipelining); at least 1."""
+    held = 1 if resources.uses_wgmma(config, problem, hardware) else 0
+    return max(1, config.num_stages - 1 - held)
+
+
+def vector_bytes(problem: Problem, config: Config, operand: str,
+                 constants: Constants = DEFAULT_CONSTANTS) -> int:
+    """Width (bytes) of one load of `operand` ("a" or "b"), at most `full_vector_bytes`.
+
+    A row-major operand is contiguous along its last axis; its rows start at multiples of the row
+    stride, so loads are as wide as the largest power of two dividing stride·bytes. When the
+    contiguous axis is K and K is not a multiple of block_k, the masked tail (EVEN_K false) has a
+    mask of unknown alignment and Triton falls back to one element per load.
+    """
+    element = problem.operand_bytes
+    if operand == "a":
+        stride, k_contiguous = (problem.m, False) if problem.transpose_a else (problem.k, True)
+    else:
+        stride, k_contiguous = (problem.k, True) if problem.transpose_b else (problem.n, False)
+    if k_contiguous and problem.k % config.block_k:
+        return element
+    stride_bytes = stride * element
+    return min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
+
+
+def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, programs_per_sm: int,
+                       constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """Bytes of A and B read from DRAM, with L2 reuse under the grouped program order.
+
+    The `resident = min(tiles, SMs · programs_per_sm)` programs running at once form a window of
+    `rows` tile rows x `cols` tile columns (group_m rows at a time; row-major for group_m=1), and
+    read each of its A row panels (block_m x K) and B column panels (K x block_n) from DRAM once.
+    Across windows, an A panel stays in L2 while its group's other windows run if the group's A
+    panels plus one window's B panels fit in the usable L2; B stays if all of B plus a group's A
+    panels fit. Otherwise each window re-reads what it needs: A is read tiles_n/cols times and B
+    tiles_m/rows times.
+    """
+    tiles_m = -(-problem.m // config.block_m)
+    tiles_n = -(-problem.n // config.block_n)
+    resident = min(tiles_m * tiles_n, hardware.sm_count * programs_per_sm)
+    if config.group_m > 1:
+        group_rows = min(config.group_m, tiles_m)
+        rows = min(group_rows, resident)
+        cols = min(tiles_n, -(-resident // group_rows))
+    else:
+        cols = min(tiles_n, resident)
+        rows = min(tiles_m, -(-resident // tiles_n))
+        group_rows = rows
+    element = problem.operand_bytes
+    a_bytes = problem.m * problem.k * element
+    b_bytes = problem.k * problem.n * element
+    a_panel = min(config.block_m, problem.m) * problem.k * element
+    b_panel = min(config.block_n, problem.n) * problem.k * element
+    capacity = hardware.l2_bytes * constants.l2_usable_fraction
+    a_reads = 1.0 if group_rows * a_panel + cols * b_panel <= capacity else tiles_n / cols
+    b_reads = 1.0 if b_bytes + group_rows * a_panel <= capacity else tiles_m / rows
+    return a_reads * a_bytes + b_reads * b_bytes
+
+
+def estimate(config: Config, problem: Problem, hardware: Hardware,
+             constants: Constants = DEFAULT_CONSTANTS) -> Estimate:
+    """Predicted time of `config` on `problem` on `hardware`, with each term (see module doc)."""
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    element = problem.operand_bytes
+    clock = hardware.clock_hz
+    tiles_m = -(-problem.m // bm)
+    tiles_n = -(-problem.n // bn)
+    tiles = tiles_m * tiles_n
+    k_steps = -(-problem.k // bk)
+    programs = max(1, resources.programs_per_sm(config, problem, hardware))
+    tiles_per_sm = -(-tiles // hardware.sm_count)
+    waves = -(-tiles // (hardware.sm_count * programs))
+    active_sms = min(tiles, hardware.sm_count)
+    padded_flops = 2.0 * tiles * bm * bn * k_steps * bk
+    padding_waste = 1.0 - problem.flops / padded_flops
+
+    # One K step of one program, on its SM.
+    load_port = constants.load_bytes_per_clock * clock  # bytes/s one SM can load
+    full = constants.full_vector_bytes
+    a_step = bm * bk * element
+    b_step = bk * bn * element
+    step_mma = 2.0 * bm * bn * bk * mma_seconds_per_flop(config, problem, hardware, constants)
+    # Shared memory: the MMA operand reads plus the async copies writing the next stage.
+    smem_traffic = resources.shared_memory_reads_per_step(config, problem, hardware) + a_step + b_step
+    step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
+    # Load port: narrow (misaligned or masked) loads cost full/width times as much per byte.
+    step_load = (
+        a_step * full / vector_bytes(problem, config, "a", constants)
+        + b_step * full / vector_bytes(problem, config, "b", constants)
+    ) / load_port
+    step_overhead = constants.k_step_overhead_clocks / clock
+    step = max(step_mma, step_smem, step_load) + step_overhead
+    latency = constants.memory_latency_seconds
+    step_latency = latency / loads_in_flight(config, problem, hardware)
+
+    # One tile: first stage in flight, the K loop, then the C tile through shared memory (layout
+    # conversion: one write and one read) and out through the load/store port.
+    fill = latency + (a_step + b_step) / load_port
+    c_tile = bm * bn * problem.out_bytes
+    epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile / load_port
+    tile_throughput = k_steps * step + epilogue
+    loop_latency = max(k_steps * step, (k_steps - 1) * step_latency)
+    tile_latency = fill + loop_latency + epilogue
+
+    sm_throughput = tiles_per_sm * tile_throughput
+    sm_latency = -(-tiles_per_sm // programs) * tile_latency
+    sm = max(sm_throughput, sm_latency)
+
+    # Whole GPU: DRAM and L2 traffic (every tile load crosses L2, padded tails included).
+    operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants)
+    c_bytes = problem.m * problem.n * problem.out_bytes
+    dram_bytes = operand_dram + c_bytes
+    operand_l2 = tiles * (bm + bn) * k_steps * bk * element
+    l2_bytes = operand_l2 + c_bytes
+    l2_hit_rate = max(0.0, 1.0 - operand_dram / operand_l2)
+    dram = dram_bytes / hardware.dram_bytes_per_s
+    l2 = l2_bytes / hardware.l2_bytes_per_s
+    memory = max(dram, l2) + latency
+
+    launch = hardware.launch_seconds
+    predicted = launch + max(sm, memory)
+    return Estimate(
+        config=config, tiles=tiles, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
+        waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste,
+        uses_wgmma=resources.uses_wgmma(config, problem, hardware),
+        step_mma=step_mma, step_smem=step_smem, step_load=step_load, step_overhead=step_overhead,
+        step=step, step_latency=step_latency, fill=fill, epilogue=epilogue,
+        tile_throughput=tile_throughput, tile_latency=tile_latency,
+        sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
+        dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,
+        dram=dram, l2=l2, memory_latency=latency, memory=memory,
+        launch=launch, predicted_seconds=predicted,
+    )
+
+
+def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
+                      constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """Just the predicted time of `config` (seconds)."""
+    return estimate(config, problem, hardware, constants).predicted_seconds
+
+
+__all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "predicted_seconds",
+           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "dram_operand_bytes"]

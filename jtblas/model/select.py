@@ -1,0 +1,165 @@
+"""The argmin: rank every candidate by predicted time, pick the first; cache; explain in words.
+
+Ties (equal predicted seconds, common when one bound such as DRAM bandwidth dominates) go, in
+order, to the config with the most slack (the smaller sum of its SM-side and memory-side times,
+so the bound that was not binding is furthest away), the larger tile (higher arithmetic
+intensity), the larger block_k, the fewer stages (less shared memory for the same time), the
+fewer warps, the larger group, and finally the candidate order; so the answer is deterministic.
+
+Pure Python: no JAX, no Triton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from jtblas.config import Config, Problem
+from jtblas.hardware import Hardware
+from jtblas.model import cost
+from jtblas.model.candidates import candidates_for_problem
+
+CACHE_SIZE = 4096
+
+
+def _rank_key(item: tuple[int, cost.Estimate]) -> tuple:
+    index, estimate = item
+    config = estimate.config
+    return (estimate.predicted_seconds, estimate.sm + estimate.memory,
+            -config.block_m * config.block_n, -config.block_k,
+            config.num_stages, config.num_warps, -config.group_m, index)
+
+
+def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
+    """Every candidate's estimate, fastest first (ties broken as the module doc says)."""
+    configs = candidates_for_problem(problem, hardware)
+    if not configs:
+        raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name}")
+    estimates = [cost.estimate(config, problem, hardware) for config in configs]
+    return [estimate for _, estimate in sorted(enumerate(estimates), key=_rank_key)]
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def select_for_problem(problem: Problem, hardware: Hardware) -> Config:
+    """The model's configuration for `problem` on `hardware`: the fastest predicted candidate.
+
+    Cached per (problem, hardware); `clear_cache()` empties it.
+    """
+    return rank(problem, hardware)[0].config
+
+
+def clear_cache() -> None:
+    """Forgets every cached selection."""
+    select_for_problem.cache_clear()
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """The ranked candidates of one problem, each with its predicted time and terms.
+
+    Attributes:
+      problem: the problem ranked.
+      hardware: the GPU description used.
+      ranked: one `cost.Estimate` per candidate, fastest first; `ranked[0]` is the selection.
+    """
+
+    problem: Problem
+    hardware: Hardware
+    ranked: list[cost.Estimate]
+
+    @property
+    def winner(self) -> cost.Estimate:
+        return self.ranked[0]
+
+    @property
+    def config(self) -> Config:
+        """The selected configuration."""
+        return self.ranked[0].config
+
+    def tflops(self, estimate: cost.Estimate) -> float:
+        """Useful TFLOP/s the estimate implies (2·M·N·K / predicted seconds / 1e12)."""
+        return self.problem.flops / estimate.predicted_seconds / 1e12
+
+    def why(self) -> str:
+        """A sentence in words: what bounds the winner and why the best other tile shape lost."""
+        win = self.winner
+        c = win.config
+        text = (
+            f"{c.short()} wins with {_us(win.predicted_seconds)} ({self.tflops(win):.0f} TFLOP/s): "
+            f"{_bound_words(win)}; {win.tiles} tiles on {self.hardware.sm_count} SMs "
+            f"({win.programs_per_sm} per SM) leave the busiest SM {win.tiles_per_sm} tile(s)"
+        )
+        if win.padding_waste > 0.005:
+            text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
+        text += "."
+        shape = (c.block_m, c.block_n, c.block_k)
+        other = next(
+            (e for e in self.ranked[1:]
+             if (e.config.block_m, e.config.block_n, e.config.block_k) != shape
+             and e.predicted_seconds > win.predicted_seconds),
+            None,
+        )
+        if other is not None:
+            slower = 100 * (other.predicted_seconds / win.predicted_seconds - 1)
+            text += (
+                f" The best other tile shape, {other.config.short()}, predicts "
+                f"{_us(other.predicted_seconds)} ({slower:.1f}% slower): {_bound_words(other)}."
+            )
+        return text
+
+    def format(self, top: int = 10) -> str:
+        """The top-`top` candidates as a table (times in µs), then `why()`."""
+        header = (
+            f"{self.problem.short()} on {self.hardware.name} ({self.hardware.full_name}): "
+            f"{len(self.ranked)} candidates\n"
+        )
+        columns = ("rank", "config", "pred_us", "TFLOP/s", "bound", "tiles", "t/SM", "p/SM",
+                   "pad%", "sm_thr", "sm_lat", "dram", "l2", "L2hit%", "mma_ns", "smem_ns",
+                   "load_ns", "lat_ns")
+        rows = [columns]
+        for position, e in enumerate(self.ranked[:top], start=1):
+            rows.append((
+                str(position), e.config.short(), f"{e.predicted_seconds * 1e6:.2f}",
+                f"{self.tflops(e):.0f}", e.bound, str(e.tiles), str(e.tiles_per_sm),
+                str(e.programs_per_sm), f"{100 * e.padding_waste:.0f}",
+                f"{e.sm_throughput * 1e6:.2f}", f"{e.sm_latency * 1e6:.2f}", f"{e.dram * 1e6:.2f}",
+                f"{e.l2 * 1e6:.2f}", f"{100 * e.l2_hit_rate:.0f}", f"{e.step_mma * 1e9:.1f}",
+                f"{e.step_smem * 1e9:.1f}", f"{e.step_load * 1e9:.1f}", f"{e.step_latency * 1e9:.1f}",
+            ))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+        lines = ["  ".join(cell.rjust(width) if i != 1 else cell.ljust(width)
+                           for i, (cell, width) in enumerate(zip(row, widths))) for row in rows]
+        return header + "\n".join(lines) + "\n" + self.why()
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def explain_problem(problem: Problem, hardware: Hardware) -> Explanation:
+    """Every candidate ranked with its terms; `ranked[0]` equals `select_for_problem`'s pick."""
+    return Explanation(problem=problem, hardware=hardware, ranked=rank(problem, hardware))
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.2f} µs"
+
+
+def _bound_words(e: cost.Estimate) -> str:
+    bound = e.bound
+    if bound == "launch":
+        return f"launch-bound ({_us(e.launch)} launch)"
+    if bound in ("dram", "l2"):
+        seconds = e.dram if bound == "dram" else e.l2
+        traffic = e.dram_bytes if bound == "dram" else e.l2_bytes
+        return f"{bound}-bound ({traffic / 1e6:.1f} MB in {_us(seconds)}, L2 hit rate {100 * e.l2_hit_rate:.0f}%)"
+    if bound == "latency":
+        return (f"latency-bound ({e.config.num_stages} stages allow one K step per "
+                f"{e.step_latency * 1e9:.0f} ns, more than its {e.step * 1e9:.0f} ns of work; "
+                f"{e.programs_per_sm} program(s) per SM to overlap)")
+    if bound == "fill":
+        return (f"bound by per-tile pipeline fill and epilogue ({_us(e.fill + e.epilogue)} per tile, "
+                f"{e.programs_per_sm} program(s) per SM to overlap them; K steps "
+                f"{e.step * 1e9:.0f} ns each)")
+    unit = "wgmma" if e.uses_wgmma else "mma.sync/FMA"
+    return (f"{bound}-bound on {unit} (per K step: MMA {e.step_mma * 1e9:.0f} ns, shared memory "
+            f"{e.step_smem * 1e9:.0f} ns, loads {e.step_load * 1e9:.0f} ns; busiest SM {_us(e.sm_throughput)})")
