@@ -3,8 +3,9 @@
 from jtblas.config import Config, Problem
 from jtblas.contraction import dot_general
 from jtblas.ops import matmul
+from jtblas.selection import candidates, explain, select
 
-__all__ = ["Config", "Problem", "dot_general", "matmul", "nn"]
+__all__ = ["Config", "Problem", "candidates", "dot_general", "explain", "matmul", "nn", "select"]
 __version__ = "0.1.0"
 
 

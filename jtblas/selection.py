@@ -1,0 +1,106 @@
+"""Public entry points to the model: `select`, `candidates`, `explain` by sizes and dtype names.
+
+These turn user-facing arguments (dtypes as NumPy/JAX dtypes or strings, a JAX `precision`, a GPU
+name) into a `Problem` and a `Hardware`, then call `jtblas.model`. The model itself stays pure
+Python; JAX is touched only to read a dtype's name and to map `precision` (shared with `matmul`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jtblas import hardware as hardware_lib
+from jtblas import model
+from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
+
+# Short names accepted wherever a dtype is (the CLI's --dtype, and strings in Python).
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
+                 "fp32": "float32", "f32": "float32", "float": "float32"}
+
+
+def dtype_name(dtype: Any) -> str:
+    """The canonical name ("bfloat16", "float16", "float32") of a dtype, a type or a string."""
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+        name = DTYPE_ALIASES.get(key, key)
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            import jax.numpy as jnp  # only for dtypes NumPy cannot name by itself (bfloat16)
+
+            name = jnp.dtype(dtype).name
+    if name not in OPERAND_DTYPE_BYTES:
+        raise TypeError(f"jtblas: unsupported dtype {dtype!r}; the kernel takes {sorted(OPERAND_DTYPE_BYTES)}")
+    return name
+
+
+def make_problem(
+    m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
+    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
+) -> Problem:
+    """A `Problem` from user-facing arguments (see `select`)."""
+    from jtblas.ops import input_precision  # the one precision mapping, shared with matmul
+
+    for name, value in (("M", m), ("N", n), ("K", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"jtblas: {name} must be a positive integer, got {value!r}")
+    operand = dtype_name(dtype)
+    return Problem(
+        m=int(m), n=int(n), k=int(k), dtype=operand,
+        out_dtype=operand if out_dtype is None else dtype_name(out_dtype),
+        transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
+        input_precision=input_precision(precision),
+    )
+
+
+def select(
+    m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
+    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
+    hardware: str | hardware_lib.Hardware | None = None,
+) -> Config:
+    """The model's configuration for C[M, N] = op(A) · op(B) with op(A) [M, K], op(B) [K, N].
+
+    Args:
+      m, n, k: problem sizes (≥ 1).
+      dtype: operand dtype: a NumPy/JAX dtype or a name ("bfloat16", "bf16", "float16", "float32").
+      out_dtype: output dtype (default: `dtype`).
+      transpose_a, transpose_b: the operand is stored transposed (A as [K, M], B as [N, K]).
+      precision: a JAX precision for fp32 operands (HIGHEST → full fp32, else tf32).
+      hardware: "h200", "h100", "a100", a `jtblas.hardware.Hardware`, or None to detect the GPU.
+
+    Returns:
+      The fastest predicted `Config` among `candidates(...)`; the same every time (cached).
+    """
+    problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                           transpose_b=transpose_b, precision=precision)
+    return model.select_for_problem(problem, hardware_lib.get(hardware))
+
+
+def candidates(
+    m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
+    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
+    hardware: str | hardware_lib.Hardware | None = None,
+) -> list[Config]:
+    """The whole search space the model ranks for this problem, in a fixed order (arguments as
+    for `select`); the exhaustive-search oracle times exactly this list."""
+    problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                           transpose_b=transpose_b, precision=precision)
+    return model.candidates_for_problem(problem, hardware_lib.get(hardware))
+
+
+def explain(
+    m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
+    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
+    hardware: str | hardware_lib.Hardware | None = None,
+) -> model.Explanation:
+    """Every candidate ranked by predicted time with its terms (arguments as for `select`).
+
+    `str(result)` or `result.format(top=k)` prints the top-k table and why the winner won;
+    `result.ranked[0].config == select(...)`.
+    """
+    problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                           transpose_b=transpose_b, precision=precision)
+    return model.explain_problem(problem, hardware_lib.get(hardware))
