@@ -21,14 +21,20 @@ BLOCK_K_SIZES = (16, 32, 64, 128, 256)
 NUM_WARPS = (4, 8)
 NUM_STAGES = (2, 3, 4, 5, 6)
 # group_m 1 is row-major program order; 8 is tutorial 03's grouped order (L2 reuse of B columns).
+# The L2 term (cost.dram_operand_bytes) never predicts row-major order faster than grouped order
+# for the same tile (checked over random shapes on all built-in GPUs), so the search keeps one
+# group size per tile: 8 where there are several tile rows and columns, else 1 (every group size
+# then walks the tiles in the same order). Searching both would double the oracle's work for
+# nothing the model can tell apart.
 GROUP_SIZES = (1, 8)
 
 # A K step should read at least 64 bytes of each operand row (two 32-byte sectors): narrower
 # steps halve the useful bytes per memory transaction and double the loop overhead. So block_k
 # ≥ 32 for 2-byte dtypes, ≥ 16 for fp32 (unless K itself is smaller).
 MIN_ROW_BYTES_PER_STEP = 64
-# Each warp must own at least one m16n8 mma fragment of the accumulator: 16·8 / 32 threads = 4
-# fp32 registers per thread; fewer and Triton replicates work across warps.
+# Each warp should own at least one m16n8 mma fragment of the accumulator: 16·8 / 32 threads = 4
+# fp32 registers per thread; fewer and Triton replicates work across warps. Waived for the
+# smallest tile, 16x16 with 4 warps (2 per thread), so that tiny problems always have a candidate.
 MIN_ACCUMULATORS_PER_THREAD = 4
 # 8 warps only for tiles of at least 64x128: below that, 4 warps already hold the tile and the
 # extra warps only duplicate operand fragments (Triton's opt_flags and Inductor both bound
@@ -105,7 +111,7 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         reasons.append(f"block_k={config.block_k} outside [{min_k}, {max_k}] for K={problem.k}")
     if config.num_warps not in NUM_WARPS:
         reasons.append(f"num_warps={config.num_warps} not in {NUM_WARPS}")
-    if resources.accumulator_registers_per_thread(config) < MIN_ACCUMULATORS_PER_THREAD:
+    if not _enough_accumulators(config.block_m, config.block_n, config.num_warps):
         reasons.append(f"{config.num_warps} warps for a {config.block_m}x{config.block_n} tile leave a warp idle")
     if config.num_warps == 8 and config.block_m * config.block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
         reasons.append(f"8 warps for a {config.block_m}x{config.block_n} tile (4 warps hold it)")
@@ -123,12 +129,20 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     return reasons
 
 
+def _enough_accumulators(block_m: int, block_n: int, num_warps: int) -> bool:
+    """Every warp holds an mma fragment (see MIN_ACCUMULATORS_PER_THREAD), or the tile is the
+    smallest one with 4 warps."""
+    if (block_m, block_n, num_warps) == (BLOCK_SIZES[0], BLOCK_SIZES[0], NUM_WARPS[0]):
+        return True
+    return block_m * block_n // (32 * num_warps) >= MIN_ACCUMULATORS_PER_THREAD
+
+
 def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...]:
-    """Group sizes that give distinct program orders: with one row or one column of tiles every
-    group size walks the tiles in the same order, so only group_m=1 is kept."""
+    """The group size searched for this tile (see GROUP_SIZES): grouped order where there are
+    several tile rows and columns, else 1."""
     tiles_m = -(-problem.m // block_m)
     tiles_n = -(-problem.n // block_n)
-    return GROUP_SIZES if tiles_m > 1 and tiles_n > 1 else (1,)
+    return (GROUP_SIZES[-1],) if tiles_m > 1 and tiles_n > 1 else (GROUP_SIZES[0],)
 
 
 def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
@@ -149,7 +163,7 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
             groups = _group_sizes(block_m, block_n, problem)
             for num_warps in NUM_WARPS:
                 accumulators = block_m * block_n // (32 * num_warps)
-                if accumulators < MIN_ACCUMULATORS_PER_THREAD:
+                if not _enough_accumulators(block_m, block_n, num_warps):
                     continue
                 if accumulators + resources.NON_ACCUMULATOR_REGISTERS > hardware.max_regs_per_thread:
                     continue

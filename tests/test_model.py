@@ -1,0 +1,288 @@
+"""The analytical model on synthetic hardware (no GPU): feasibility, determinism, monotonicity,
+explanations, anchors on known shapes, speed, the CLI, and one CPU-interpreter matmul."""
+
+import ast
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jtblas
+from jtblas import cli, hardware, model
+from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
+from jtblas.model import candidates, cost, resources
+from jtblas.model.select import rank
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HARDWARE = sorted(hardware.BUILTIN)
+DTYPES = sorted(OPERAND_DTYPE_BYTES)
+# Growth that keeps every operand's row alignment and the K-tail class (K mod block_k) of every
+# candidate: multiples of the largest block_k. Monotonicity is promised at equal alignment only:
+# an odd K really is slower than the next multiple of 8 (shared/DESIGN.md).
+ALIGNED_STEP = max(candidates.BLOCK_K_SIZES)
+
+sizes = st.one_of(st.integers(1, 64), st.integers(1, 20000))
+
+
+@st.composite
+def problems(draw) -> tuple[Problem, hardware.Hardware]:
+    dtype = draw(st.sampled_from(DTYPES))
+    problem = Problem(
+        m=draw(sizes), n=draw(sizes), k=draw(sizes), dtype=dtype,
+        out_dtype=draw(st.sampled_from(DTYPES)),
+        transpose_a=draw(st.booleans()), transpose_b=draw(st.booleans()),
+        input_precision=draw(st.sampled_from(["tf32", "ieee"])),
+    )
+    return problem, hardware.BUILTIN[draw(st.sampled_from(HARDWARE))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_pick_is_feasible_and_among_candidates(case):
+    problem, hw = case
+    space = model.candidates_for_problem(problem, hw)
+    pick = model.select_for_problem(problem, hw)
+    assert pick in space
+    assert len(space) == len(set(space)) <= 450
+    assert model.rejection_reasons(pick, problem, hw) == []
+    assert resources.fit_errors(pick, problem, hw) == []
+    assert resources.registers_per_thread(pick) <= hw.max_regs_per_thread
+    assert resources.programs_per_sm(pick, problem, hw) >= 1
+    assert pick.split_k == 1
+    if problem.m <= 16:
+        assert pick.block_m <= 64
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_selection_is_deterministic(case):
+    problem, hw = case
+    first = model.select_for_problem(problem, hw)
+    assert model.select_for_problem(problem, hw) == first
+    model.clear_cache()
+    assert model.select_for_problem(problem, hw) == first
+    assert model.candidates_for_problem(problem, hw) == model.candidates_for_problem(problem, hw)
+
+
+@settings(max_examples=30, deadline=None)
+@given(problems(), st.sampled_from("mnk"), st.integers(1, 8))
+def test_predicted_time_grows_with_every_dimension(case, dim, steps):
+    problem, hw = case
+    bigger = Problem(**{**_fields(problem), dim: getattr(problem, dim) + steps * ALIGNED_STEP})
+    before = rank(problem, hw)[0].predicted_seconds
+    after = rank(bigger, hw)[0].predicted_seconds
+    assert 0 < before <= after
+    for config in model.candidates_for_problem(problem, hw)[::7]:  # per fixed config, too
+        small = model.estimate(config, problem, hw).predicted_seconds
+        large = model.estimate(config, bigger, hw).predicted_seconds
+        assert 0 < small <= large, config.short()
+
+
+def _fields(problem: Problem) -> dict:
+    return {name: getattr(problem, name) for name in Problem.__dataclass_fields__}
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_hardware_descriptions_are_consistent(name):
+    hw = hardware.BUILTIN[name]
+    assert hw.name == name and hardware.get(name.upper()) is hw
+    assert hw.smem_per_block <= hw.smem_per_sm
+    assert hw.max_regs_per_thread == 255 and hw.regs_per_sm == 65536
+    assert hw.l2_bytes_per_s > hw.dram_bytes_per_s
+    assert hw.wgmma == (hw.compute_capability >= (9, 0))
+    assert hw.tensor_flops["bfloat16"] == hw.tensor_flops["float16"] > hw.tensor_flops["float32"]
+    assert hw.tensor_flops["float32"] > hw.fp32_flops
+    # Sustained tensor rate per SM per clock stays under the dense datasheet peak
+    # (4096 FLOP/clock/SM on Hopper, 2048 on Ampere, for 16-bit operands).
+    per_clock = hw.tensor_flops["bfloat16"] / hw.sm_count / hw.clock_hz
+    assert per_clock <= (4096 if hw.wgmma else 2048)
+    assert 1e-6 <= hw.launch_seconds <= 2e-5
+
+
+def test_candidates_match_the_rules():
+    """The fast enumeration equals the full product filtered by `rejection_reasons`."""
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        m, n, k = (int(x) for x in rng.integers(1, 5000, size=3))
+        problem = Problem(m=m, n=n, k=k, dtype=str(rng.choice(DTYPES)))
+        hw = hardware.BUILTIN[str(rng.choice(HARDWARE))]
+        everything = [
+            Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g)
+            for bm in candidates.BLOCK_SIZES for bn in candidates.BLOCK_SIZES
+            for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
+            for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
+        ]
+        kept = [c for c in everything if not model.rejection_reasons(c, problem, hw)]
+        assert sorted(kept, key=candidates._order) == model.candidates_for_problem(problem, hw)
+
+
+def test_hopper_rules():
+    hw = hardware.H200
+    problem = Problem(m=4096, n=4096, k=4096)
+    space = model.candidates_for_problem(problem, hw)
+    assert all(c.block_m >= 64 and c.num_warps % 4 == 0 and c.num_stages >= 3 for c in space)
+    assert all(resources.uses_wgmma(c, problem, hw) for c in space)
+    assert Config(block_m=256, block_n=256, block_k=64, num_warps=8, num_stages=3) not in space
+    spill = Config(block_m=256, block_n=256, block_k=32, num_warps=8, num_stages=2)
+    assert any("spill" in reason for reason in model.rejection_reasons(spill, problem, hw))
+    # Small M may use mma.sync tiles (block_m 16/32), never a tile taller than 64 rows.
+    decode = model.candidates_for_problem(Problem(m=16, n=12288, k=4096), hw)
+    assert {c.block_m for c in decode} == {16, 32, 64}
+
+
+def test_explain_ranks_and_composes():
+    result = jtblas.explain(1500, 4501, 3399, hardware="h200")
+    assert result.config == jtblas.select(1500, 4501, 3399, hardware="h200")
+    assert len(result.ranked) == len(jtblas.candidates(1500, 4501, 3399, hardware="h200"))
+    times = [e.predicted_seconds for e in result.ranked]
+    assert times == sorted(times) and times[0] > 0
+    for e in result.ranked[:20]:
+        assert e.compose() == pytest.approx(e.predicted_seconds, rel=1e-12)
+        assert e.sm == max(e.sm_throughput, e.sm_latency)
+        assert e.memory == pytest.approx(max(e.dram, e.l2) + e.memory_latency)
+        assert e.tile_throughput == pytest.approx(e.k_steps * e.step + e.epilogue)
+        assert e.step == pytest.approx(max(e.step_mma, e.step_smem, e.step_load) + e.step_overhead)
+        assert e.waves == -(-e.tiles // (hardware.H200.sm_count * e.programs_per_sm))
+        assert 0 <= e.padding_waste < 1 and 0 <= e.l2_hit_rate <= 1
+    text = result.format(top=3)
+    assert result.config.short() in text and "wins" in text
+    assert len(text.splitlines()) == 1 + 1 + 3 + 1
+    assert str(result) == result.format(top=10)
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+@pytest.mark.parametrize("m", [1, 8, 16])
+def test_small_m_gets_short_tiles(name, m):
+    config = jtblas.select(m, 12288, 4096, hardware=name)
+    assert config.block_m <= 64
+    assert config.block_m <= 16 or hardware.BUILTIN[name].wgmma
+
+
+@pytest.mark.parametrize("size", [2048, 4096, 8192, 16384])
+def test_large_square_bf16_gets_a_big_tile(size):
+    config = jtblas.select(size, size, size, dtype="bf16", hardware="h200")
+    assert config.block_m * config.block_n >= 128 * 128
+    assert config.num_stages >= 3 and config.block_k >= 32
+
+
+def test_anchor_shapes_on_h200():
+    big = jtblas.select(4096, 4096, 4096, hardware="h200")
+    assert (big.block_m, big.block_n) in {(128, 256), (256, 128)} and big.num_warps == 8
+    decode = jtblas.select(16, 12288, 4096, hardware="h200")
+    assert decode.block_m in (16, 64) and decode.block_n * decode.block_k >= 64 * 64
+    # Deep K, few tiles, no split-K yet: a small tile that keeps many SMs busy.
+    deep = jtblas.select(256, 256, 65536, hardware="h200")
+    assert (256 // deep.block_m) * (256 // deep.block_n) >= 32
+
+
+def test_api_accepts_dtypes_and_names():
+    import jax.numpy as jnp
+
+    by_type = jtblas.select(512, 512, 512, dtype=jnp.bfloat16, hardware="h100")
+    assert by_type == jtblas.select(512, 512, 512, dtype="bf16", hardware=hardware.H100)
+    assert jtblas.select(512, 512, 512, dtype=np.float32, precision="highest", hardware="a100")
+    with pytest.raises(TypeError):
+        jtblas.select(8, 8, 8, dtype="int8", hardware="h200")
+    with pytest.raises(ValueError):
+        jtblas.select(0, 8, 8, hardware="h200")
+    with pytest.raises(ValueError):
+        jtblas.select(8, 8, 8, hardware="b200")
+
+
+def test_uncached_select_is_fast():
+    rng = np.random.default_rng(1)
+    shapes = [tuple(int(x) for x in rng.integers(1, 20000, size=3)) for _ in range(50)]
+    elapsed = []
+    for m, n, k in shapes:
+        model.clear_cache()
+        start = time.perf_counter()
+        model.select_for_problem(Problem(m=m, n=n, k=k), hardware.H200)
+        elapsed.append(time.perf_counter() - start)
+    median_us = statistics.median(elapsed) * 1e6
+    print(f"uncached select: median {median_us:.0f} µs, max {max(elapsed) * 1e6:.0f} µs over 50 shapes")
+    assert median_us < 50_000
+
+
+def test_model_package_imports_neither_jax_nor_triton():
+    for path in sorted((ROOT / "jtblas" / "model").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            for name in names:
+                assert name.split(".")[0] not in ("jax", "jaxlib", "triton", "jax_triton"), (path, name)
+
+
+def test_cli_explain_prints_the_winner(capsys):
+    assert cli.main(["explain", "4096", "4096", "4096", "--gpu", "h200", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    winner = jtblas.select(4096, 4096, 4096, hardware="h200")
+    assert winner.short() in out and "wins" in out
+    assert cli.main(["explain", "16", "12288", "4096", "--dtype", "fp16", "--layout", "nt",
+                     "--gpu", "a100"]) == 0
+    assert "16x12288x4096 float16 NT on a100" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["explain", "0", "1", "1"], ["explain", "4", "4"],
+                                  ["explain", "4", "4", "4", "--dtype", "int8"],
+                                  ["explain", "4", "4", "4", "--gpu", "v100"], ["frobnicate"]])
+def test_cli_rejects_bad_input(argv):
+    with pytest.raises(SystemExit) as error:
+        cli.main(argv)
+    assert error.value.code == 2
+
+
+def test_cli_calibrate_without_gpu(capsys):
+    from tests.conftest import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU is present")
+    assert cli.main(["calibrate"]) == 1
+    assert "no GPU found, nothing to calibrate" in capsys.readouterr().err
+
+
+def test_python_dash_m_jtblas():
+    run = subprocess.run([sys.executable, "-m", "jtblas", "explain", "64", "64", "64", "--top", "2",
+                          "--gpu", "h200"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "wins" in run.stdout
+
+
+def test_matmul_with_model_config_on_cpu(rng):
+    m, n, k = 96, 80, 112
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    config = jtblas.select(m, n, k, dtype=np.float32)
+    assert config.block_m <= 128 and config.block_n <= 128 and config.block_k <= 128
+    assert resources.fit_errors(config, Problem(m=m, n=n, k=k, dtype="float32"), hardware.detect()) == []
+    out = np.asarray(jtblas.matmul(a, b))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(out - want) / np.linalg.norm(want) < 1e-5
+
+
+def test_cost_terms_respond_to_their_causes():
+    hw = hardware.H200
+    config = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)
+    aligned = cost.estimate(config, Problem(m=4096, n=4096, k=4096), hw)
+    odd = cost.estimate(config, Problem(m=4096, n=4096, k=4095), hw)
+    # NN: A is read along K; a masked K tail makes its loads one element wide (8x the cost for
+    # bf16); B, two thirds of the bytes of a 128x256 tile, stays 16 bytes wide.
+    assert odd.step_load == pytest.approx(aligned.step_load * (128 * 8 + 256) / (128 + 256))
+    few = cost.estimate(config, Problem(m=128, n=256, k=4096), hw)
+    assert few.tiles == 1 and few.active_sms == 1
+    deeper = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4)
+    assert cost.estimate(deeper, Problem(m=4096, n=4096, k=4096), hw).step_latency < aligned.step_latency
+    mma_sync = Config(block_m=32, block_n=64, block_k=64, num_warps=4, num_stages=3)
+    wgmma = Config(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
+    decode = Problem(m=16, n=4096, k=4096)
+    per_flop = cost.mma_seconds_per_flop
+    assert per_flop(mma_sync, decode, hw) > per_flop(wgmma, decode, hw)
+    assert per_flop(mma_sync, decode, hardware.A100) == per_flop(wgmma, decode, hardware.A100)
