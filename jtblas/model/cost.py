@@ -136,14 +136,17 @@ class Estimate:
     @property
     def bound(self) -> str:
         """What limits this config, in a word: launch, dram, l2 (memory system); latency (too
-        few loads in flight per K step), fill (per-tile pipeline fill and epilogue that no other
-        program overlaps); compute, smem, load-port (the busiest SM's per-step resources)."""
+        few loads in flight per K step), fill (per-tile pipeline fill and epilogue, longer than
+        the K loop, that no other program overlaps); compute, smem, load-port (the busiest SM's per-step resources)."""
         if self.launch >= max(self.sm, self.memory):
             return "launch"
         if self.memory >= self.sm:
             return "dram" if self.dram >= self.l2 else "l2"
         if self.sm_latency > self.sm_throughput:
-            return "latency" if self.step_latency > self.step else "fill"
+            if self.step_latency > self.step:
+                return "latency"
+            if self.fill + self.epilogue > self.k_steps * self.step:
+                return "fill"
         parts = {"compute": self.step_mma, "smem": self.step_smem, "load-port": self.step_load}
         return max(parts, key=parts.get)
 

@@ -161,5 +161,8 @@ def _bound_words(e: cost.Estimate) -> str:
                 f"{e.programs_per_sm} program(s) per SM to overlap them; K steps "
                 f"{e.step * 1e9:.0f} ns each)")
     unit = "wgmma" if e.uses_wgmma else "mma.sync/FMA"
-    return (f"{bound}-bound on {unit} (per K step: MMA {e.step_mma * 1e9:.0f} ns, shared memory "
-            f"{e.step_smem * 1e9:.0f} ns, loads {e.step_load * 1e9:.0f} ns; busiest SM {_us(e.sm_throughput)})")
+    text = (f"{bound}-bound on {unit} (per K step: MMA {e.step_mma * 1e9:.0f} ns, shared memory "
+            f"{e.step_smem * 1e9:.0f} ns, loads {e.step_load * 1e9:.0f} ns; busiest SM {_us(e.sm)}")
+    if e.sm_latency > e.sm_throughput:
+        text += f", with {_us(e.fill + e.epilogue)} of fill and epilogue per tile exposed"
+    return text + ")"
