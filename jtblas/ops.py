@@ -21,8 +21,8 @@ from jtblas.kernels.matmul import matmul_kernel
 from jtblas.model import resources
 
 _INDEX_32_LIMIT = 2**31
-# Vector loads are at most 16 bytes; a stride alignment hint beyond that buys nothing.
-_MAX_ALIGN_BYTES = 16
+# Triton specialises integer arguments on divisibility by 16 (triton/backends/compiler.py).
+_MAX_UNIT = 16
 
 
 def matmul(
@@ -237,7 +237,8 @@ class LaunchSpec(NamedTuple):
     """Everything but the operands that one launch of `matmul_kernel` needs."""
 
     grid: tuple[int, int]
-    scalars: tuple[int, ...]  # M, N, K, the six matrix strides, the three batch strides
+    # M, N, K, the six matrix strides, the three batch strides, each divided by its *_UNIT.
+    scalars: tuple[int, ...]
     num_warps: int
     num_stages: int
     metaparams: dict[str, Any]
@@ -252,12 +253,18 @@ def launch_spec(
     m, n, k = problem.m, problem.n, problem.k
     stride_am, stride_ak = (1, m) if problem.transpose_a else (k, 1)
     stride_bk, stride_bn = (1, k) if problem.transpose_b else (n, 1)
-    element = problem.operand_bytes
     tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
     biggest = max(m * k, k * n, m * n) * batch
+    sizes_and_strides = dict(
+        M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
+        STRIDE_BN=stride_bn, STRIDE_CM=n, STRIDE_CN=1, STRIDE_AB=batch_strides[0],
+        STRIDE_BB=batch_strides[1], STRIDE_CB=batch_strides[2],
+    )
+    units = {name: divisibility_unit(value) for name, value in sizes_and_strides.items()}
+    units["STRIDE_CN"] = 1  # always 1: the compiler specialises it to the constant
     return LaunchSpec(
         grid=(tiles, batch),
-        scalars=(m, n, k, stride_am, stride_ak, stride_bk, stride_bn, n, 1, *batch_strides),
+        scalars=tuple(value // units[name] for name, value in sizes_and_strides.items()),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         metaparams=dict(
@@ -268,10 +275,7 @@ def launch_spec(
             INPUT_PRECISION=problem.input_precision,
             EVEN_K=k % config.block_k == 0,
             INDEX_64=biggest >= _INDEX_32_LIMIT,
-            ALIGN_AM=stride_alignment(stride_am, element),
-            ALIGN_AK=stride_alignment(stride_ak, element),
-            ALIGN_BK=stride_alignment(stride_bk, element),
-            ALIGN_BN=stride_alignment(stride_bn, element),
+            **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
         ),
     )
 
@@ -299,14 +303,14 @@ def _launch_gemm(
     )
 
 
-def stride_alignment(stride: int, element_bytes: int) -> int:
-    """Largest power of two (elements, at most 16 bytes' worth) dividing `stride`; 1 for a unit
-    stride, which needs no hint."""
-    limit = _MAX_ALIGN_BYTES // element_bytes
-    align = 1
-    while stride != 1 and align < limit and stride % (2 * align) == 0:
-        align *= 2
-    return align
+def divisibility_unit(value: int) -> int:
+    """Largest power of two up to 16 dividing `value` (16 for 0): the divisibility Triton's own
+    launcher specialises integer arguments on, passed to the kernel explicitly (see the kernel's
+    *_UNIT parameters)."""
+    unit = 1
+    while unit < _MAX_UNIT and value % (2 * unit) == 0:
+        unit *= 2
+    return unit
 
 
 def make_problem(
