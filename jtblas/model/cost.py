@@ -182,18 +182,22 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
 
     A row-major operand is contiguous along its last axis; its rows start at multiples of the row
     stride, so loads are as wide as the largest power of two dividing stride·bytes. When the
-    contiguous axis is K and K is not a multiple of block_k, the masked tail (EVEN_K false) has a
-    mask of unknown alignment and Triton falls back to one element per load.
+    contiguous axis is K and K is not a multiple of block_k, the masked K loop (EVEN_K false) loads
+    no wider than the largest power of two dividing K·bytes.
     """
     element = problem.operand_bytes
     if operand == "a":
         stride, k_contiguous = (problem.m, False) if problem.transpose_a else (problem.k, True)
     else:
         stride, k_contiguous = (problem.k, True) if problem.transpose_b else (problem.n, False)
-    if k_contiguous and problem.k % config.block_k:
-        return element
     stride_bytes = stride * element
-    return min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
+    width = min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
+    if k_contiguous and problem.k % config.block_k:
+        # The K-tail mask is constant over runs as long as K's largest power-of-two divisor
+        # (the kernel is told that divisibility, up to 16 elements, through K_UNIT).
+        k_bytes = problem.k * element
+        width = min(width, k_bytes & -k_bytes)
+    return width
 
 
 def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, programs_per_sm: int,
