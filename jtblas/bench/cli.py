@@ -1,0 +1,693 @@
+"""`jtblas bench` (also `python -m jtblas.bench`): one run times every contender on every shape.
+
+    python -m jtblas bench --out bench-out --time-budget 500
+    python -m jtblas bench --quick --no-oracle
+    python -m jtblas bench --report-only bench-out/results.json --out bench-out   # any machine
+
+The run writes `results.json` after every shape (a killed run keeps what it finished), then
+`report.md` and the plots. See benchmarks/README.md for what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from jtblas.bench import shapes as shapes_mod
+
+# Seconds kept back from --time-budget for the last shape's tail, the report and the plots.
+RESERVE_S = 25.0
+PROGRAM = "jtblas bench"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROGRAM, description="Benchmark jtblas's model pick against an "
+                                "exhaustive oracle, XLA, cuBLAS, the Triton tutorial's autotune and "
+                                "nvMatmulHeuristics, on one GPU.")
+    p.add_argument("--shapes", default=",".join(shapes_mod.SET_NAMES),
+                   help="comma-separated shape sets from benchmarks/shapes (default: all)")
+    p.add_argument("--shapes-dir", default=str(shapes_mod.SHAPES_DIR), help="where the CSV sets are")
+    p.add_argument("--quick", action="store_true", help="only the rows marked quick (about 18 shapes)")
+    p.add_argument("--max-shapes", type=int, default=None, help="stop after this many shapes")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop starting new shapes (and cut a running oracle sweep short) so the run "
+                   f"ends within this many seconds; {RESERVE_S:.0f} s are kept for the report")
+    p.add_argument("--no-oracle", action="store_true", help="skip the exhaustive search")
+    p.add_argument("--max-candidates", type=int, default=None,
+                   help="cap the oracle's candidate list (testing only: the oracle is then not exhaustive)")
+    p.add_argument("--contenders", default="jtblas,oracle,xla,cublas,tutorial,nvmmh",
+                   help="comma-separated subset of jtblas,oracle,xla,cublas,tutorial,nvmmh")
+    p.add_argument("--jax-checks", type=int, default=3,
+                   help="time jtblas.matmul through JAX (slope method) on this many shapes (M >= 16)")
+    p.add_argument("--out", default="bench-out", help="output directory (default: bench-out/)")
+    p.add_argument("--cache", default=None,
+                   help="oracle cache JSON (default: OUT/oracle_cache.json); reruns skip cached searches")
+    p.add_argument("--resume", default=None, metavar="RESULTS_JSON",
+                   help="keep the shapes of an earlier results.json and run only the others")
+    p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per CPU core)")
+    p.add_argument("--report-only", default=None, metavar="RESULTS_JSON",
+                   help="rebuild report.md and the plots from a results JSON (no GPU needed)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.report_only:
+        from jtblas.bench import report
+
+        paths = report.write_report(args.report_only, args.out)
+        print(f"{PROGRAM}: wrote " + ", ".join(str(p) for p in paths.values()))
+        return 0
+    # Before anything initialises JAX's GPU backend: share the GPU with torch instead of letting
+    # XLA take 75% of its memory up front.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    problem = _gpu_problem()
+    if problem:
+        print(f"{PROGRAM}: {problem}; nothing to run (use --report-only on a results JSON).", file=sys.stderr)
+        return 2
+    runner = Runner(args)
+    try:
+        rc = runner.run()
+    finally:
+        runner.close()
+    if runner.nvmmh is not None:  # its destructor crashes at exit (0.1.0.27): leave without it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
+def _gpu_problem() -> str | None:
+    """Why this machine cannot run the benchmark, or None."""
+    try:
+        import torch
+    except Exception as error:  # noqa: BLE001
+        return f"needs torch with CUDA to launch kernels and time them (import torch failed: {error})"
+    try:
+        if not torch.cuda.is_available():
+            return "no CUDA GPU visible to torch"
+    except Exception as error:  # noqa: BLE001
+        return f"CUDA is not usable ({error})"
+    return None
+
+
+def _short_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:400]
+
+
+class Progress:
+    """tqdm when installed, else one line per shape on stderr; both show an ETA."""
+
+    def __init__(self, total: int):
+        self.total, self.count, self.start = total, 0, time.monotonic()
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, file=sys.stderr, unit="shape", dynamic_ncols=True)
+        except Exception:  # noqa: BLE001 - tqdm is optional on the GPU machine
+            self.bar = None
+
+    def update(self, text: str, budget_left: float | None) -> None:
+        self.count += 1
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.count * (self.total - self.count)
+        budget = "" if budget_left is None else f", budget left {budget_left:.0f}s"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{text[:60]}{budget}", refresh=False)
+            self.bar.update(1)
+        else:
+            print(f"[{self.count}/{self.total}] {elapsed:.0f}s elapsed, ETA {eta:.0f}s{budget} | {text}",
+                  file=sys.stderr, flush=True)
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclasses.dataclass
+class Plan:
+    """What is known about a shape before its timing starts."""
+
+    shape: shapes_mod.Shape
+    problem: object
+    pick: object = None
+    select_s: float | None = None
+    pick_error: str | None = None
+    candidates: list = dataclasses.field(default_factory=list)
+    candidates_s: float | None = None
+    cand_hash: str | None = None
+    cached: dict | None = None
+    oracle_configs: list = dataclasses.field(default_factory=list)  # what the oracle will time
+    nvmmh_config: object = None
+    nvmmh_raw: dict | None = None
+    nvmmh_s: float | None = None
+    nvmmh_error: str | None = None
+    keys: dict = dataclasses.field(default_factory=dict)  # config -> compile key
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.results_path = self.out / "results.json"
+        self.contenders = {c.strip() for c in args.contenders.split(",") if c.strip()}
+        if args.no_oracle:
+            self.contenders.discard("oracle")
+        self.start = time.monotonic()
+        self.deadline = None if args.time_budget is None else self.start + args.time_budget - RESERVE_S
+        self.nvmmh = None
+        self.compiler = None
+        self.records: list[dict] = []
+        self.meta: dict = {}
+        self.jax_ok = True
+        self.jax_triton_error = None
+
+    # ---------------------------------------------------------------- setup
+
+    def close(self) -> None:
+        if self.compiler is not None:
+            self.compiler.shutdown()
+            self.compiler = None
+
+    def budget_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def _setup(self) -> None:
+        import torch
+
+        from jtblas.bench import contenders as C
+        from jtblas.bench import oracle, timing
+
+        self.torch = torch
+        self.C, self.oracle_mod, self.timing = C, oracle, timing
+        torch.manual_seed(0)
+        props = torch.cuda.get_device_properties(0)
+        self.gpu_name = torch.cuda.get_device_name(0)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20)
+        self.timer = timing.GraphTimer()
+        self.meta = dict(
+            date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            gpu=self.gpu_name, sm_count=props.multi_processor_count, l2_bytes=self.l2_bytes,
+            argv=sys.argv, args=vars(self.args), host=platform.node(), python=platform.python_version(),
+            versions=_versions(), contenders=sorted(self.contenders),
+            methods=dict(
+                torch="CUDA graph of n launches (n so the graph spans >= 2 ms), replayed between CUDA "
+                      "events; median of 7 replays / n. Operand sets rotate to cover 2.5x L2.",
+                oracle_first_pass="event-timed loop of 2 launches (kernels >= 0.2 ms) or a CUDA graph "
+                                  "spanning >= 0.3 ms, one replay; the best 5 re-timed like the pick",
+                xla="slope (t(2R) - t(R)) / R of a jitted lax.fori_loop running lax.dot_general once per "
+                    "operand set per iteration, chained through A[0,0]; median of 5 per R",
+                jtblas_jax="jtblas.matmul (jax-triton) in the same slope loop as XLA",
+                copy="dst.copy_(src) of 1 GiB in a CUDA graph; bandwidth counts read + write",
+            ),
+        )
+        self.select, self.candidates_fn, stub = C.model_api()
+        self.meta["model_stub"] = stub
+        if stub:
+            print(f"{PROGRAM}: jtblas.select/candidates not found; using the placeholder model and a "
+                  "stub candidate list (tutorial configs + pick)", file=sys.stderr)
+        from jtblas import hardware
+
+        self.hw = hardware.detect()
+        self.meta["hardware_model"] = self.hw.name
+        self.split_k_ok = self._safe(C.kernel_supports_split_k)
+        if "nvmmh" in self.contenders:
+            try:
+                self.nvmmh = C.Nvmmh(self.gpu_name)
+            except ImportError:
+                print(f"{PROGRAM}: nvMatmulHeuristics not installed (pip install nvidia-matmul-heuristics); "
+                      "skipping that contender", file=sys.stderr)
+                self.contenders.discard("nvmmh")
+            except Exception as error:  # noqa: BLE001
+                print(f"{PROGRAM}: nvMatmulHeuristics unusable ({_short_error(error)}); skipping it",
+                      file=sys.stderr)
+                self.contenders.discard("nvmmh")
+        self.cache = oracle.OracleCache(self.args.cache or (self.out / "oracle_cache.json"))
+        self.compiler = oracle.Compiler(self.args.workers)
+        self.meta["workers"] = self.compiler.workers
+
+    def _measure_device(self) -> None:
+        """Copy bandwidth and the JAX checks (while the pool compiles the first shapes)."""
+        C, timing = self.C, self.timing
+        self.meta["copy_bandwidth"] = self._safe(lambda: timing.copy_bandwidth(self.timer))
+        import jax
+
+        try:
+            jax_gpus = jax.devices("gpu")
+        except RuntimeError as error:
+            jax_gpus, self.meta["jax_error"] = [], _short_error(error)
+        self.jax_ok = bool(jax_gpus) and jax.default_backend() == "gpu"
+        self.meta["jax_device"] = str(jax_gpus[0].device_kind) if jax_gpus else None
+        if not self.jax_ok:
+            print(f"{PROGRAM}: JAX sees no GPU ({self.meta.get('jax_error', jax.default_backend())}); "
+                  "XLA and the JAX spot checks are skipped", file=sys.stderr)
+        elif "xla" in self.contenders or self.args.jax_checks:
+            self.meta["xla_empty_iteration_s"] = self._safe(C.empty_iteration_seconds)
+
+    def _safe(self, fn):
+        try:
+            return fn()
+        except Exception as error:  # noqa: BLE001
+            return dict(error=_short_error(error))
+
+    # ---------------------------------------------------------------- planning
+
+    def _plan(self, shape) -> Plan:
+        C, oracle = self.C, self.oracle_mod
+        from jtblas.model import resources
+
+        problem = shape.problem()
+        plan = Plan(shape=shape, problem=problem)
+        kw = dict(dtype=_np_dtype(shape.dtype), transpose_a=shape.transpose_a, transpose_b=shape.transpose_b)
+        try:
+            t = time.perf_counter()
+            plan.pick = self.select(shape.m, shape.n, shape.k, **kw)
+            plan.select_s = time.perf_counter() - t
+        except Exception as error:  # noqa: BLE001
+            plan.pick_error = _short_error(error)
+        if "oracle" in self.contenders:
+            try:
+                t = time.perf_counter()
+                plan.candidates = list(self.candidates_fn(shape.m, shape.n, shape.k, **kw))
+                plan.candidates_s = time.perf_counter() - t
+                if self.args.max_candidates:
+                    plan.candidates = plan.candidates[: self.args.max_candidates]
+                plan.cand_hash = oracle.candidates_hash(plan.candidates)
+                plan.cached = self.cache.get(oracle.cache_key(shape.key(), self.gpu_name, plan.cand_hash))
+                if plan.cached:  # re-time the cached leaders side by side with the others
+                    plan.oracle_configs = [C.config_from_dict(d) for d in plan.cached.get("top", [])[:3]]
+                else:
+                    plan.oracle_configs = plan.candidates
+            except Exception as error:  # noqa: BLE001
+                plan.candidates = []
+                plan.oracle_configs = []
+                plan.cand_hash = f"error: {_short_error(error)}"
+        if self.nvmmh is not None:
+            try:
+                plan.nvmmh_raw, plan.nvmmh_s = self.nvmmh.query(problem)
+                plan.nvmmh_config = C.config_from_nvmmh(
+                    plan.nvmmh_raw, problem, split_k_ok=self.split_k_ok is True,
+                    fits=lambda c: not resources.fit_errors(c, problem, self.hw),
+                )
+            except Exception as error:  # noqa: BLE001
+                plan.nvmmh_error = _short_error(error)
+        # Compile order = the order the parent needs binaries in (queued later, by `_submit`).
+        wanted = []
+        if plan.pick is not None and "jtblas" in self.contenders:
+            wanted.append(plan.pick)
+        if "tutorial" in self.contenders:
+            wanted += list(C.TUTORIAL_CONFIGS)
+        if plan.nvmmh_config is not None:
+            wanted.append(plan.nvmmh_config)
+        wanted += plan.oracle_configs
+        for config in wanted:
+            if config not in plan.keys:
+                try:
+                    plan.keys[config] = (oracle.compile_key(problem, config), config)
+                except Exception as error:  # noqa: BLE001
+                    plan.keys[config] = ("error", _short_error(error))
+        return plan
+
+    def _submit(self, plan: Plan) -> None:
+        for config, key in plan.keys.items():  # insertion order = the order they are needed in
+            if key[0] != "error":
+                self.compiler.submit(plan.problem, config, key)
+
+    def _compiled(self, plan: Plan, config) -> dict:
+        key = plan.keys.get(config)
+        if key is None:
+            key = plan.keys[config] = self.compiler.submit(plan.problem, config)
+        if key[0] == "error":
+            return dict(ok=False, error=key[1])
+        deadline = None if self.deadline is None else self.deadline + RESERVE_S / 2
+        return self.compiler.result(key, deadline)
+
+    # ---------------------------------------------------------------- the run
+
+    def run(self) -> int:
+        self._setup()
+        args = self.args
+        sets = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        unknown = [s for s in sets if not (Path(args.shapes_dir) / f"{s}.csv").exists()]
+        if unknown:
+            print(f"{PROGRAM}: no shape set {unknown} in {args.shapes_dir}", file=sys.stderr)
+            return 2
+        shapes = shapes_mod.load(sets, quick=args.quick, directory=Path(args.shapes_dir))
+        if args.resume:
+            previous = json.loads(Path(args.resume).read_text())
+            self.records = [r for r in previous.get("shapes", []) if not r.get("skipped")]
+            done = {(r["set"], r["name"]) for r in self.records}
+            shapes = [s for s in shapes if (s.set, s.name) not in done]
+        if args.max_shapes is not None:
+            shapes = shapes[: args.max_shapes]
+        print(f"{PROGRAM}: {len(shapes)} shapes on {self.gpu_name}; contenders {sorted(self.contenders)}; "
+              f"{self.compiler.workers} compile workers", file=sys.stderr)
+        t = time.perf_counter()
+        plans = []
+        for shape in shapes:
+            plans.append(self._plan(shape))
+            if shape.quick:  # the quick subset runs first: start compiling it now
+                self._submit(plans[-1])
+        # The quick subset first (as listed), then the shape that needs the fewest new compiles.
+        quick = sum(1 for p in plans if p.shape.quick)
+        keysets = {id(p): {k for k in p.keys.values() if k[0] != "error"} for p in plans}
+        plans = self.oracle_mod.order_by_new_work(plans, lambda p: keysets[id(p)], first=quick)
+        for plan in plans:
+            self._submit(plan)
+        self.meta["plan_s"] = time.perf_counter() - t
+        self._measure_device()
+        print(f"{PROGRAM}: copy bandwidth {_fmt_bw(self.meta.get('copy_bandwidth'))}; XLA loop iteration "
+              f"{self.meta.get('xla_empty_iteration_s')}", file=sys.stderr)
+        self.meta["order"] = [p.shape.name for p in plans]
+        self.meta["compile_jobs"] = self.compiler.submitted
+        print(f"{PROGRAM}: planned in {self.meta['plan_s']:.1f}s; {self.compiler.submitted} distinct "
+              "compile jobs queued", file=sys.stderr)
+        progress = Progress(len(plans))
+        durations = []
+        stopped = None
+        jax_checks_left = args.jax_checks
+        for index, plan in enumerate(plans):
+            left = self.budget_left()
+            typical = statistics.median(durations) if durations else 0.0
+            if left is not None and left < 0.5 * typical:
+                stopped = f"time budget: {len(plans) - index} shapes not run"
+                break
+            t = time.monotonic()
+            spot = jax_checks_left > 0 and plan.shape.m >= 16
+            record = self._run_shape(plan, jax_check=spot)
+            jax_checks_left -= int(spot)
+            durations.append(time.monotonic() - t)
+            record["wall_s"] = durations[-1]
+            self.records.append(record)
+            self._write()
+            progress.update(_line(record), self.budget_left())
+            if left is not None and self.budget_left() is not None and self.budget_left() < 0:
+                stopped = f"time budget: {len(plans) - index - 1} shapes not run"
+                break
+        progress.close()
+        if stopped:
+            done = {(r["set"], r["name"]) for r in self.records}
+            self.meta["not_run"] = [p.shape.name for p in plans if (p.shape.set, p.shape.name) not in done]
+            print(f"{PROGRAM}: stopped by the {stopped}", file=sys.stderr)
+        self.meta["stopped"] = stopped
+        self.meta["elapsed_s"] = time.monotonic() - self.start
+        self.meta["compile_jobs_done"] = self.compiler.done_count()
+        self.close()
+        self._write()
+        try:
+            from jtblas.bench import report
+
+            paths = report.write_report(self.results_path, self.out)
+            print(f"{PROGRAM}: wrote {self.results_path} and " + ", ".join(str(p) for p in paths.values()),
+                  file=sys.stderr)
+            print(report.summary_text(json.loads(self.results_path.read_text())))
+        except Exception as error:  # noqa: BLE001
+            print(f"{PROGRAM}: report failed: {_short_error(error)}", file=sys.stderr)
+            traceback.print_exc()
+        return 0
+
+    def _write(self) -> None:
+        from jtblas.bench import report
+
+        for record in self.records:
+            record["ratios"] = report.ratios(record)
+        payload = dict(meta=self.meta, shapes=self.records)
+        tmp = self.results_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(payload, indent=1, default=_json_default))
+        os.replace(tmp, self.results_path)
+
+    # ---------------------------------------------------------------- one shape
+
+    def _run_shape(self, plan: Plan, *, jax_check: bool) -> dict:
+        C, oracle, torch = self.C, self.oracle_mod, self.torch
+        shape, problem = plan.shape, plan.problem
+        nbuf = C.operand_sets(shape.bytes_moved, self.l2_bytes)
+        record = dict(
+            name=shape.name, set=shape.set, group=shape.group, M=shape.m, N=shape.n, K=shape.k,
+            layout=shape.layout, dtype=shape.dtype, flops=shape.flops, bytes=shape.bytes_moved,
+            operand_sets=nbuf, contenders={},
+        )
+        cont = record["contenders"]
+        try:
+            ops = C.TorchOperands(torch, shape, nbuf)
+        except Exception as error:  # noqa: BLE001 - e.g. out of memory: nothing else can run
+            record["error"] = _short_error(error)
+            torch.cuda.empty_cache()
+            return record
+        careful = lambda launch: oracle.careful_time(self.timer, launch, nbuf)
+
+        def ours(config, extra=None) -> dict:
+            """Our kernel with `config`: compile result, careful time, error vs fp32."""
+            entry = dict(config=dataclasses.asdict(config), config_short=config.short(), **(extra or {}))
+            compiled = self._compiled(plan, config)
+            entry["compile_s"] = compiled.get("seconds")
+            if not compiled.get("ok"):
+                entry["error"] = "compile: " + str(compiled.get("error"))
+                return entry
+            launch = C.kernel_launcher(ops, problem, config)
+            entry["seconds"] = careful(launch)
+            entry["method"] = self.timer.last_method
+            entry["max_rel_err"] = ops.error(launch)
+            return entry
+
+        # cuBLAS first: its time sizes the XLA loop.
+        if "cublas" in self.contenders:
+            cont["cublas"] = self._guard(lambda: self._cublas(ops, careful))
+        if "jtblas" in self.contenders:
+            if plan.pick is None:
+                cont["jtblas"] = dict(error="select: " + str(plan.pick_error))
+            else:
+                cont["jtblas"] = self._guard(lambda: ours(plan.pick, dict(select_s=plan.select_s)))
+                c = cont["jtblas"]
+                if c.get("compile_s") is not None and plan.select_s is not None:
+                    c["first_call_s"] = plan.select_s + c["compile_s"]
+        if "tutorial" in self.contenders:
+            cont["tutorial"] = self._guard(lambda: self._tutorial(plan, ops, nbuf, ours))
+        if "nvmmh" in self.contenders:
+            if plan.nvmmh_config is None:
+                cont["nvmmh"] = dict(error=str(plan.nvmmh_error))
+            else:
+                cont["nvmmh"] = self._guard(lambda: ours(plan.nvmmh_config, dict(
+                    query_s=plan.nvmmh_s, nvmmh=plan.nvmmh_raw)))
+                c = cont["nvmmh"]
+                if c.get("compile_s") is not None:
+                    c["first_call_s"] = (plan.nvmmh_s or 0) + c["compile_s"]
+        if "oracle" in self.contenders:
+            cont["oracle"] = self._guard(lambda: self._oracle(plan, ops, nbuf, cont.get("jtblas"), ours))
+        estimate = min((c["seconds"] for c in cont.values() if _ok(c)), default=shape.flops / 500e12)
+        ops.free()  # the closures above keep `ops`; its buffers go now
+        torch.cuda.empty_cache()
+        if "xla" in self.contenders:
+            cont["xla"] = (self._guard(lambda: self._jax(shape, C.xla_dot(shape), nbuf, estimate))
+                           if self.jax_ok else dict(error="JAX sees no GPU"))
+        if jax_check and self.jax_ok and plan.pick is not None and self.jax_triton_error is None:
+            c = self._guard(lambda: self._jax(shape, C.jtblas_dot(shape, plan.pick), nbuf, estimate))
+            if c.get("error") and ("jax_triton" in c["error"] or "jax-triton" in c["error"]):
+                self.jax_triton_error = c["error"]
+            c["config_short"] = plan.pick.short()
+            cont["jtblas_jax"] = c
+        return record
+
+    def _guard(self, fn) -> dict:
+        try:
+            return fn()
+        except Exception as error:  # noqa: BLE001 - one contender failing must not end the run
+            with contextlib.suppress(Exception):  # a broken context: the error below says enough
+                self.torch.cuda.synchronize()
+            return dict(error=_short_error(error))
+
+    def _cublas(self, ops, careful) -> dict:
+        torch = self.torch
+        launch = self.C.cublas_launcher(ops)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        launch(0)
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t
+        seconds = careful(launch)
+        return dict(seconds=seconds, method=self.timer.last_method, first_call_s=first,
+                    max_rel_err=ops.error(launch))
+
+    def _tutorial(self, plan, ops, nbuf, ours) -> dict:
+        """What `@triton.autotune` over the tutorial configs does: time each, keep the best.
+        tune_s = compile time of all of them (worker-measured) + the parent's timing time."""
+        C, oracle = self.C, self.oracle_mod
+        t = time.perf_counter()
+        trials, compile_s = [], 0.0
+        for config in C.TUTORIAL_CONFIGS:
+            compiled = self._compiled(plan, config)
+            compile_s += compiled.get("seconds") or 0.0
+            if not compiled.get("ok"):
+                trials.append((config.short(), None, str(compiled.get("error"))[:200]))
+                continue
+            try:
+                launch = C.kernel_launcher(ops, plan.problem, config)
+                trials.append((config.short(), oracle.first_pass_time(self.timer, launch, nbuf), None))
+            except Exception as error:  # noqa: BLE001 - the autotuner also skips configs that fail
+                trials.append((config.short(), None, _short_error(error)))
+        timing_s = time.perf_counter() - t
+        timed = [(s, i) for i, (_, s, _) in enumerate(trials) if s is not None]
+        if not timed:
+            return dict(error="no tutorial config ran", trials=trials)
+        best = C.TUTORIAL_CONFIGS[min(timed)[1]]
+        entry = ours(best)
+        entry.update(trials=trials, tune_compile_s=compile_s, tune_timing_s=timing_s,
+                     first_call_s=compile_s + timing_s)
+        return entry
+
+    def _oracle(self, plan, ops, nbuf, pick_entry, ours) -> dict:
+        C, oracle = self.C, self.oracle_mod
+        if not plan.oracle_configs:
+            return dict(error=f"no candidates ({plan.cand_hash})")
+        t = time.perf_counter()
+        launcher = lambda config: C.kernel_launcher(ops, plan.problem, config)
+        waited = [0.0]
+
+        def compiled(config):
+            start = time.perf_counter()
+            try:
+                return self._compiled(plan, config)
+            finally:
+                waited[0] += time.perf_counter() - start
+
+        jobs = {plan.keys[c] for c in plan.oracle_configs if c in plan.keys}
+        found = oracle.search(plan.oracle_configs, launcher=launcher, compiled=compiled, timer=self.timer,
+                              nbuf=nbuf, deadline=self.deadline, top=3 if plan.cached else oracle.CAREFUL_TOP)
+        search_s = time.perf_counter() - t
+        timing_s = search_s - waited[0]  # the parent's own work: loading binaries and timing
+        # Compile seconds of every job this shape needed (some were shared with earlier shapes).
+        compile_cpu = sum(
+            (self.compiler.futures[k].result() or {}).get("seconds") or 0.0
+            for k in jobs if k in self.compiler.futures and self.compiler.futures[k].done()
+            and not self.compiler.futures[k].cancelled()
+        )
+        # The pick is one of the candidates and was timed by the same careful method: reuse that
+        # measurement for it, and if it beats the searched best (noise, or a config outside the
+        # first pass's top few), the oracle is the pick. So pick / oracle <= 1, and == 1 when the
+        # model found the best.
+        pick = plan.pick
+        pick_in = pick is not None and pick in set(plan.candidates)
+        if pick_in and _ok(pick_entry):
+            found["careful"][pick] = pick_entry["seconds"]
+        best = min(found["careful"], key=found["careful"].get) if found["careful"] else None
+        best_s = found["careful"].get(best) if best is not None else None
+        if best is None:
+            return dict(error="no candidate ran", n_candidates=len(plan.candidates), search_s=search_s,
+                        first_errors=[e for _, _, e in found["first"] if e][:5])
+        entry = dict(
+            seconds=best_s, config=dataclasses.asdict(best), config_short=best.short(),
+            method=f"careful time of the best {len(found['careful'])} of the first pass",
+            n_candidates=len(plan.candidates), timed=len(found["first"]) - found["errors"],
+            failed=found["errors"], compile_jobs=len(jobs), compile_cpu_s=compile_cpu,
+            search_s=search_s, timing_s=timing_s, complete=found["complete"],
+            # What the search would cost on its own: its compiles spread over the pool, plus timing.
+            first_call_s=compile_cpu / self.compiler.workers + timing_s,
+            cached=bool(plan.cached), candidates_hash=plan.cand_hash, candidates_s=plan.candidates_s,
+            pick_in_candidates=pick_in, pick_rank=oracle.rank_of(pick, found["first"]) if pick_in else None,
+            top=[dict(config_short=c.short(), seconds=s) for c, s in sorted(found["careful"].items(),
+                                                                            key=lambda x: x[1])],
+        )
+        if not plan.cached and found["complete"] and found["best"] is not None:
+            ordered = sorted(found["careful"].items(), key=lambda x: x[1])
+            self.cache.put(oracle.cache_key(plan.shape.key(), self.gpu_name, plan.cand_hash), dict(
+                best=dataclasses.asdict(ordered[0][0]), best_s=ordered[0][1],
+                top=[dataclasses.asdict(c) for c, _ in ordered],
+                first=[[c.short(), s, e] for c, s, e in found["first"]],
+                n_candidates=len(plan.candidates), compile_jobs=len(jobs), compile_cpu_s=compile_cpu,
+                search_s=search_s, timing_s=timing_s, workers=self.compiler.workers,
+                date=self.meta["date"], gpu=self.gpu_name,
+            ))
+        elif plan.cached:  # the cost of the search is the one the cached run paid
+            c = plan.cached
+            entry.update(cached_search_s=c.get("search_s"), compile_jobs=c.get("compile_jobs"),
+                         compile_cpu_s=c.get("compile_cpu_s"))
+            if c.get("timing_s") is not None and c.get("compile_cpu_s") is not None:
+                entry["first_call_s"] = c["compile_cpu_s"] / (c.get("workers") or 1) + c["timing_s"]
+        return entry
+
+    def _jax(self, shape, dot, nbuf, estimate) -> dict:
+        import jax
+
+        C = self.C
+        as_, bs = C.jax_operands(shape, nbuf)
+        try:
+            result = C.slope_time_jax(dot, as_, bs, estimate_s=estimate)
+            result["first_call_s"] = result["compile_s"]
+            return result
+        finally:
+            del as_, bs
+            jax.clear_caches()
+
+
+def _np_dtype(name: str):
+    import jax.numpy as jnp
+
+    return jnp.dtype(name)
+
+
+def _ok(entry) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("seconds"), (int, float)) and entry["seconds"] > 0
+
+
+def _fmt_bw(bw) -> str:
+    if isinstance(bw, dict) and bw.get("bytes_per_s"):
+        return f"{bw['bytes_per_s'] / 1e12:.2f} TB/s"
+    return "unknown"
+
+
+def _line(record: dict) -> str:
+    r = record.get("ratios", {})
+    parts = [record["name"]]
+    for name in ("jtblas", "oracle", "xla", "cublas"):
+        c = record["contenders"].get(name, {})
+        if _ok(c):
+            parts.append(f"{name} {record['flops'] / c['seconds'] / 1e12:.0f}")
+    if r.get("pick_over_oracle"):
+        parts.append(f"pick/oracle {r['pick_over_oracle']:.2f}")
+    return " ".join(parts)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for name in ("jax", "jaxlib", "triton", "torch", "numpy", "jax-triton", "nvidia-matmul-heuristics", "jtblas"):
+        try:
+            out[name] = metadata.version(name)
+        except Exception:  # noqa: BLE001
+            out[name] = None
+    return out
+
+
+def _json_default(value):
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

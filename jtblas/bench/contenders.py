@@ -1,0 +1,379 @@
+"""How each contender runs one GEMM: the operands, the launchers and the peers' configurations.
+
+Contenders (names used in the results JSON):
+  jtblas      the model's pick (`jtblas.select`) on our kernel, launched on torch tensors
+  oracle      the best of `jtblas.candidates()` on our kernel (exhaustive; see `oracle.py`)
+  xla         `lax.dot_general` under `jax.jit` (XLA autotunes between cuBLAS and its Triton GEMMs)
+  cublas      `torch.mm` (cuBLAS / cuBLASLt)
+  tutorial    Triton tutorial 03's `@triton.autotune` configs for CUDA, run through our kernel;
+              the best one after timing them all (what the autotuner would keep)
+  nvmmh       NVIDIA nvMatmulHeuristics' first TRITON-target choice mapped onto our kernel
+  jtblas_jax  `jtblas.matmul` through JAX (jax-triton), timed by the slope method: a spot check
+              that the torch launch measures what a JAX user gets
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+from jtblas.config import Config, Problem
+
+# Triton tutorial 03 (python/tutorials/03-matrix-multiplication.py, `get_cuda_autotune_config`,
+# triton 3.x): the configs `@triton.autotune` times for fp16/bf16 operands on CUDA (its two
+# further configs are for fp8 inputs only). Written as our Config; GROUP_SIZE_M is 8 in all.
+TUTORIAL_CONFIGS = (
+    Config(block_m=128, block_n=256, block_k=64, group_m=8, num_stages=3, num_warps=8),
+    Config(block_m=64, block_n=256, block_k=32, group_m=8, num_stages=4, num_warps=4),
+    Config(block_m=128, block_n=128, block_k=32, group_m=8, num_stages=4, num_warps=4),
+    Config(block_m=128, block_n=64, block_k=32, group_m=8, num_stages=4, num_warps=4),
+    Config(block_m=64, block_n=128, block_k=32, group_m=8, num_stages=4, num_warps=4),
+    Config(block_m=128, block_n=32, block_k=32, group_m=8, num_stages=4, num_warps=4),
+    Config(block_m=64, block_n=32, block_k=32, group_m=8, num_stages=5, num_warps=2),
+    Config(block_m=32, block_n=64, block_k=32, group_m=8, num_stages=5, num_warps=2),
+)
+
+# Operand sets rotate so that the bytes touched per launch cycle exceed the L2 this many times
+# over: weights then come from DRAM, as in a real forward pass, not from a hot L2.
+L2_ROTATION_FACTOR = 2.5
+MAX_OPERAND_SETS = 16
+
+
+def config_dict(config: Config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(values: dict) -> Config:
+    return Config(**values)
+
+
+def operand_sets(set_bytes: int, l2_bytes: int, *, limit: int = MAX_OPERAND_SETS) -> int:
+    """How many operand sets to rotate through: enough that they cover L2_ROTATION_FACTOR × L2."""
+    if set_bytes <= 0:
+        return 1
+    return int(max(1, min(limit, math.ceil(L2_ROTATION_FACTOR * l2_bytes / set_bytes))))
+
+
+# --------------------------------------------------------------------------------------------
+# Model, candidates (the public API; a stub until the model lands)
+# --------------------------------------------------------------------------------------------
+
+
+def model_api():
+    """(select, candidates, is_stub): `jtblas.select` and `jtblas.candidates`, or a stand-in
+    (the placeholder model's config; candidates = tutorial configs + that pick) until they exist."""
+    import jtblas
+
+    select = getattr(jtblas, "select", None)
+    candidates = getattr(jtblas, "candidates", None)
+    if select is not None and candidates is not None:
+        return select, candidates, False
+
+    from jtblas import hardware as hardware_module
+    from jtblas.model import select_for_problem
+
+    def _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b):
+        name = _dtype_name(dtype)
+        return Problem(m=m, n=n, k=k, dtype=name, out_dtype=_dtype_name(out_dtype or name),
+                       transpose_a=transpose_a, transpose_b=transpose_b)
+
+    def stub_select(m, n, k, *, dtype, out_dtype=None, transpose_a=False, transpose_b=False,
+                    precision=None, hardware=None, **_):
+        return select_for_problem(_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b),
+                                  hardware_module.detect())
+
+    def stub_candidates(m, n, k, **kw):
+        pick = stub_select(m, n, k, **kw)
+        return list(dict.fromkeys([pick, *TUTORIAL_CONFIGS]))
+
+    return select or stub_select, candidates or stub_candidates, True
+
+
+def _dtype_name(dtype) -> str:
+    import numpy as np
+
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        import jax.numpy as jnp
+
+        return jnp.dtype(dtype).name
+
+
+def kernel_supports_split_k() -> bool:
+    """Whether `launch_spec` launches split-K programs (the grid grows with split_k)."""
+    from jtblas.ops import launch_spec
+
+    problem = Problem(m=256, n=256, k=4096)
+    one = launch_spec(problem, Config(split_k=1)).grid
+    two = launch_spec(problem, Config(split_k=2)).grid
+    return math.prod(two) != math.prod(one)
+
+
+# --------------------------------------------------------------------------------------------
+# nvMatmulHeuristics (optional)
+# --------------------------------------------------------------------------------------------
+
+_NVMMH_PRECISION = {"bfloat16": "BSB", "float16": "HSH", "float32": "TST"}
+
+
+class Nvmmh:
+    """nvMatmulHeuristics' TRITON target with the H200 preset (or H100 / A100 by name).
+
+    The interface object is kept alive for the whole run: its destructor crashes at interpreter
+    exit in 0.1.0.27 (shared/PEERS.md), so the CLI leaves through `os._exit` once it was used.
+    """
+
+    def __init__(self, gpu_name: str):
+        import nvMatmulHeuristics as nv  # optional dependency: ImportError means "skip"
+
+        self.nv = nv
+        self.gpu_name = gpu_name
+        self._interfaces = {}
+        self._hw = {}
+
+    def _interface(self, dtype: str):
+        nv = self.nv
+        if dtype not in self._interfaces:
+            precision = _NVMMH_PRECISION.get(dtype, "BSB")
+            interface = nv.NvMatmulHeuristicsInterface(nv.NvMatmulHeuristicsTarget.TRITON, precision=precision)
+            hw = interface.createHardwareDescriptor()
+            gpu = self.gpu_name.lower()
+            preset = ("H100_SXM" if "h100" in gpu else "A100_SXM_80GB" if "a100" in gpu else "H200_SXM")
+            if hasattr(nv.NvMatmulHeuristicsNvidiaGpu, preset):
+                interface.setHardwarePredefinedGpu(hw, getattr(nv.NvMatmulHeuristicsNvidiaGpu, preset))
+            self._interfaces[dtype] = interface
+            self._hw[dtype] = hw
+        return self._interfaces[dtype], self._hw[dtype]
+
+    def query(self, problem: Problem) -> tuple[dict, float]:
+        """First TRITON-target result as a plain dict, and the query's seconds."""
+        interface, hw = self._interface(problem.dtype)
+        layout = self.nv.boolsToNvMatmulHeuristicsLayout(problem.transpose_a, problem.transpose_b)
+        start = time.perf_counter()
+        results = interface.get_with_mnk(problem.m, problem.n, problem.k, layout, 1, hw)
+        seconds = time.perf_counter() - start
+        if not results:
+            raise RuntimeError("nvMatmulHeuristics returned no configuration")
+        k = results[0]["kernel"]
+        raw = dict(
+            cta=(k.cta_tile_m, k.cta_tile_n, k.cta_tile_k), warp=(k.warp_tile_m, k.warp_tile_n, k.warp_tile_k),
+            stages=k.stages, split_k=k.split_k, swizzle=k.swizzle_factor, cta_order=k.cta_order,
+            predicted_s=results[0].get("runtime"),
+        )
+        return raw, seconds
+
+
+def _pow2_clamp(value, lo: int, hi: int) -> int:
+    value = max(1, int(value or 1))
+    p = 1 << (value.bit_length() - 1)  # round down to a power of two
+    return max(lo, min(hi, p))
+
+
+def config_from_nvmmh(raw: dict, problem: Problem, *, fits: Callable[[Config], bool], split_k_ok: bool) -> Config:
+    """Maps nvMatmulHeuristics' CTA tile / warp tile / stages / split-K / swizzle onto our Config,
+    clamped to what our kernel runs: blocks powers of two in [16, 256], warps = CTA tile ÷ warp
+    tile in {4, 8} (Hopper's wgmma works on groups of 4 warps), group_m = swizzle, stages lowered
+    until the config fits shared memory, split-K only if the kernel has it."""
+    bm, bn, bk = (_pow2_clamp(x, 16, 256) for x in raw["cta"])
+    wm, wn, _ = raw.get("warp") or (bm, bn, bk)
+    warps = max(1, (bm // max(1, int(wm or bm))) * (bn // max(1, int(wn or bn))))
+    warps = 4 if warps <= 4 else 8
+    split = _pow2_clamp(raw.get("split_k") or 1, 1, 64) if split_k_ok else 1
+    stages = max(1, min(8, int(raw.get("stages") or 3)))
+    group = _pow2_clamp(raw.get("swizzle") or 1, 1, 64)
+    config = Config(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps,
+                    num_stages=stages, split_k=split)
+    while not fits(config) and config.num_stages > 1:
+        config = Config(**{**config_dict(config), "num_stages": config.num_stages - 1})
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# torch-side operands and launchers (GPU machine only)
+# --------------------------------------------------------------------------------------------
+
+
+class TorchOperands:
+    """`nbuf` independent random operand sets in the shape's storage layout, the outputs, and an
+    fp32 reference product of set 0."""
+
+    def __init__(self, torch, shape, nbuf: int, *, seed: int = 0):
+        self.torch = torch
+        dtype = getattr(torch, shape.dtype)
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        a_shape = (shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k)
+        b_shape = (shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n)
+        self.nbuf = nbuf
+        self.a = [torch.randn(a_shape, device="cuda", dtype=dtype, generator=gen) for _ in range(nbuf)]
+        self.b = [torch.randn(b_shape, device="cuda", dtype=dtype, generator=gen) for _ in range(nbuf)]
+        self.c = [torch.empty((shape.m, shape.n), device="cuda", dtype=dtype) for _ in range(nbuf)]
+        self.a_op = [x.t() if shape.transpose_a else x for x in self.a]  # logical [M, K] views
+        self.b_op = [x.t() if shape.transpose_b else x for x in self.b]  # logical [K, N] views
+        self.reference = torch.mm(self.a_op[0].float(), self.b_op[0].float())
+
+    def error(self, launch: Callable[[int], object]) -> float:
+        """max |C − ref| / max |ref| for set 0, after poisoning C with NaN (NaN if C was not fully
+        written)."""
+        torch = self.torch
+        self.c[0].fill_(float("nan"))
+        launch(0)
+        torch.cuda.synchronize()
+        err = (self.c[0].float() - self.reference).abs().max() / self.reference.abs().max().clamp_min(1e-30)
+        return float(err)
+
+    def free(self):
+        self.a = self.b = self.c = self.a_op = self.b_op = self.reference = None
+
+
+def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Callable[[int], object]:
+    """launch(i): our `matmul_kernel` on operand set i with `config` (the grid and constexprs come
+    from `jtblas.ops.launch_spec`, exactly as `jtblas.matmul` launches it)."""
+    from jtblas.kernels.matmul import matmul_kernel
+    from jtblas.ops import launch_spec
+
+    spec = launch_spec(problem, config)
+    kernel = matmul_kernel[spec.grid]
+    scalars, meta = spec.scalars, spec.metaparams
+    a, b, c = ops.a, ops.b, ops.c
+
+    def launch(i):
+        kernel(a[i], b[i], *scalars, c[i], num_warps=spec.num_warps, num_stages=spec.num_stages, **meta)
+
+    return launch
+
+
+def cublas_launcher(ops: TorchOperands) -> Callable[[int], object]:
+    torch = ops.torch
+    a, b, c = ops.a_op, ops.b_op, ops.c
+
+    def launch(i):
+        torch.mm(a[i], b[i], out=c[i])
+
+    return launch
+
+
+# --------------------------------------------------------------------------------------------
+# JAX side: XLA's dot and jtblas.matmul, timed by the slope method
+# --------------------------------------------------------------------------------------------
+
+
+def xla_dot(shape) -> Callable:
+    """`lax.dot_general` contracting the stored layouts directly (no explicit transpose)."""
+    import jax
+    import jax.numpy as jnp
+
+    ca = 0 if shape.transpose_a else 1
+    cb = 1 if shape.transpose_b else 0
+    out = jnp.dtype(shape.dtype)
+
+    def dot(a, b):
+        return jax.lax.dot_general(a, b, (((ca,), (cb,)), ((), ())), preferred_element_type=out)
+
+    return dot
+
+
+def jtblas_dot(shape, config: Config | None) -> Callable:
+    import jtblas
+
+    def dot(a, b):
+        return jtblas.matmul(a, b, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b, config=config)
+
+    return dot
+
+
+def loop_function(dot: Callable, repeats: int) -> Callable:
+    """f(as_, bs) → outputs: `repeats` iterations of a `fori_loop` whose body runs `dot` once on
+    each operand set. XLA can neither hoist nor merge the dots: each iteration writes
+    tanh(C[0, 0]) into A[0, 0] (an in-place one-element update of the loop-carried A), so the
+    next iteration's product depends on this one's; every C is a loop output, so no dot is dead."""
+    import jax
+    import jax.numpy as jnp
+
+    def f(as_, bs):
+        def body(_, carry):
+            as_, _ = carry
+            new_as, new_cs = [], []
+            for a, b in zip(as_, bs):
+                c = dot(a, b)
+                a = a.at[0, 0].set(jnp.tanh(c[0, 0].astype(jnp.float32)).astype(a.dtype))
+                new_as.append(a)
+                new_cs.append(c)
+            return new_as, new_cs
+
+        cs0 = [jnp.zeros_like(dot(a, b)) for a, b in zip(as_, bs)]
+        _, cs = jax.lax.fori_loop(0, repeats, body, (list(as_), cs0))
+        return cs
+
+    return f
+
+
+def jax_operands(shape, nbuf: int, seed: int = 0):
+    import jax
+    import jax.numpy as jnp
+
+    dtype = jnp.dtype(shape.dtype)
+    a_shape = (shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k)
+    b_shape = (shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n)
+    keys = jax.random.split(jax.random.key(seed), 2 * nbuf)
+    as_ = [jax.random.normal(keys[2 * i], a_shape, dtype) for i in range(nbuf)]
+    bs = [jax.random.normal(keys[2 * i + 1], b_shape, dtype) for i in range(nbuf)]
+    jax.block_until_ready((as_, bs))
+    return as_, bs
+
+
+def slope_time_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float = 4e-3, trials: int = 5) -> dict:
+    """Per-dot device time of `dot` by the slope method: R chosen so that R iterations (of
+    len(as_) dots each) take about `target_s`; compiled once for R and once for 2R."""
+    import jax
+
+    from jtblas.bench.timing import measure_slope, repeats_for
+
+    sets = len(as_)
+    repeats = repeats_for(target_s, estimate_s * sets, lo=2, hi=2048)
+    start = time.perf_counter()
+    short = jax.jit(loop_function(dot, repeats)).lower(as_, bs).compile()
+    compile_s = time.perf_counter() - start
+    long = jax.jit(loop_function(dot, 2 * repeats)).lower(as_, bs).compile()
+    compiled = {repeats: short, 2 * repeats: long}
+    jax.block_until_ready(short(as_, bs))  # warm both (first run allocates, loads kernels)
+    jax.block_until_ready(long(as_, bs))
+
+    def run(r):
+        jax.block_until_ready(compiled[r](as_, bs))
+
+    result = measure_slope(run, repeats, trials=trials)
+    per_dot = result["seconds"] / sets
+    return dict(
+        seconds=per_dot, compile_s=compile_s, repeats=repeats, sets=sets,
+        t_short_s=result["t_short_s"], t_long_s=result["t_long_s"], fixed_s=result["fixed_s"],
+        method=f"slope (t(2R)-t(R))/R of a jitted fori_loop, R={repeats}, {sets} dot(s) per iteration, "
+        f"median of {trials}",
+    )
+
+
+def empty_iteration_seconds(trials: int = 5) -> float:
+    """Device time of one loop iteration with the chaining update but no dot (R = 1000): what the
+    slope method adds per iteration around the dot itself."""
+    import jax
+    import jax.numpy as jnp
+
+    from jtblas.bench.timing import measure_slope
+
+    a = jnp.ones((16, 16), jnp.bfloat16)
+
+    def make(r):
+        def f(a):
+            def body(_, a):
+                return a.at[0, 0].set(jnp.tanh(a[0, 1].astype(jnp.float32)).astype(a.dtype))
+
+            return jax.lax.fori_loop(0, r, body, a)
+
+        return jax.jit(f).lower(a).compile()
+
+    compiled = {1000: make(1000), 2000: make(2000)}
+    for fn in compiled.values():
+        jax.block_until_ready(fn(a))
+    return measure_slope(lambda r: jax.block_until_ready(compiled[r](a)), 1000, trials=trials)["seconds"]
