@@ -1,0 +1,350 @@
+"""CPU tests of `jtblas bench` (shape sets, timing arithmetic, oracle search and cache, report);
+the gpu-marked smoke test runs the real benchmark on two tiny shapes."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jtblas.bench import contenders, oracle, report, shapes, timing
+from jtblas.config import Config, Problem
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ------------------------------------------------------------------------------ shape sets
+
+
+def test_shape_sets_parse_and_are_valid():
+    total = 0
+    for name in shapes.SET_NAMES:
+        rows = shapes.load_set(name)
+        assert rows, name
+        total += len(rows)
+        for s in rows:
+            assert all(isinstance(x, int) and x > 0 for x in (s.m, s.n, s.k)), s
+            assert s.layout in shapes.LAYOUTS, s
+            assert s.dtype in ("bfloat16", "float16", "float32"), s
+            assert s.flops <= 3.0e12, s  # keeps the whole run inside the time budget
+            s.problem()  # a valid Problem
+    assert total >= 100
+
+
+def test_odd_set_is_odd_and_reproducible(tmp_path):
+    odd = shapes.load_set("odd")
+    assert len(odd) >= 20
+    assert all(x % 8 and 500 <= x <= 16000 for s in odd for x in (s.m, s.n, s.k))
+    # The committed CSVs are exactly what the seeded script writes.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_shapes", REPO / "benchmarks" / "make_shapes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.HERE = tmp_path
+    module.main()
+    for name in shapes.SET_NAMES:
+        assert (tmp_path / f"{name}.csv").read_text() == (shapes.SHAPES_DIR / f"{name}.csv").read_text(), name
+
+
+def test_llm_set_has_forward_and_backward_layouts():
+    llm = shapes.load_set("llm")
+    layouts = {s.layout for s in llm}
+    assert {"NN", "NT", "TN"} <= layouts
+    ms = {s.m for s in llm if s.name.endswith(("M1", "M8", "M16", "M64", "M128"))}
+    assert {1, 8, 16, 64, 128} <= ms
+    # dx of W[in, out]: M = tokens, N = in, K = out, B read transposed.
+    dx = next(s for s in llm if s.name == "llama3-8b.down.dx.T4096")
+    assert (dx.m, dx.n, dx.k, dx.layout) == (4096, 14336, 4096, "NT")
+    dw = next(s for s in llm if s.name == "llama3-8b.down.dw.T4096")
+    assert (dw.m, dw.n, dw.k, dw.layout) == (14336, 4096, 4096, "TN")
+
+
+def test_quick_subset_comes_first_and_covers_every_set():
+    quick = shapes.load(quick=True)
+    assert 8 <= len(quick) <= 30
+    assert {s.set for s in quick} == set(shapes.SET_NAMES)
+    full = shapes.load()
+    assert full[: len(quick)] == quick
+    assert len(full) == sum(len(shapes.load_set(n)) for n in shapes.SET_NAMES)
+
+
+def test_parse_row_rejects_bad_rows():
+    good = dict(name="x", M="4", N="5", K="6", layout="nt", dtype="bf16")
+    s = shapes.parse_row(good, "t")
+    assert (s.layout, s.dtype, s.transpose_b) == ("NT", "bfloat16", True)
+    for bad in (dict(good, M="0"), dict(good, K="x"), dict(good, layout="NX"), dict(good, dtype="int8")):
+        with pytest.raises(ValueError):
+            shapes.parse_row(bad, "t")
+
+
+# ------------------------------------------------------------------------------ timing arithmetic
+
+
+class FakeClock:
+    """A clock that advances only when the fake device 'runs': fixed + per-iteration cost."""
+
+    def __init__(self, fixed: float, per_iteration: float, jitter=()):
+        self.now, self.fixed, self.per = 0.0, fixed, per_iteration
+        self.jitter = list(jitter)
+
+    def __call__(self):
+        return self.now
+
+    def run(self, repeats):
+        self.now += self.fixed + self.per * repeats + (self.jitter.pop(0) if self.jitter else 0.0)
+
+
+def test_slope_cancels_the_fixed_cost():
+    clock = FakeClock(fixed=250e-6, per_iteration=7e-6)
+    result = timing.measure_slope(clock.run, 100, trials=5, clock=clock)
+    assert result["seconds"] == pytest.approx(7e-6, rel=1e-9)
+    assert result["fixed_s"] == pytest.approx(250e-6, rel=1e-9)
+    # Dividing one call by R, the biased method the slope replaces, is off by fixed / R.
+    assert result["t_short_s"] / 100 == pytest.approx(7e-6 + 2.5e-6)
+
+
+def test_slope_medians_ignore_one_outlier():
+    jitter = [0, 0, 5e-3, 0, 0, 0, 0, 0, 0, 0]  # one slow t(R) sample
+    clock = FakeClock(fixed=100e-6, per_iteration=2e-6, jitter=jitter)
+    result = timing.measure_slope(clock.run, 500, trials=5, clock=clock)
+    assert result["seconds"] == pytest.approx(2e-6, rel=1e-9)
+
+
+def test_slope_seconds_and_repeats_for():
+    assert timing.slope_seconds(1.0, 3.0, 4) == 0.5
+    with pytest.raises(ValueError):
+        timing.slope_seconds(1.0, 2.0, 0)
+    assert timing.repeats_for(1e-3, 1e-5) == 100
+    assert timing.repeats_for(1e-3, 1.0) == 2
+    assert timing.repeats_for(1e-3, 0.0) == 4096
+
+
+def test_operand_sets_cover_l2():
+    l2 = 50 * 2**20
+    assert contenders.operand_sets(400 * 2**20, l2) == 1
+    assert contenders.operand_sets(32 * 2**20, l2) == 4
+    assert contenders.operand_sets(1, l2) == contenders.MAX_OPERAND_SETS
+
+
+# ------------------------------------------------------------------------------ XLA loop (CPU jax)
+
+
+def test_xla_slope_loop_keeps_every_dot_inside_the_loop():
+    import jax
+
+    shape = shapes.Shape(name="t", set="t", group="t", m=32, n=48, k=64, layout="NT", dtype="float32")
+    as_, bs = contenders.jax_operands(shape, 2)
+    f = jax.jit(contenders.loop_function(contenders.xla_dot(shape), 3))
+    out = f(as_, bs)
+    assert len(out) == 2 and out[0].shape == (32, 48)
+    hlo = f.lower(as_, bs).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "while(" in entry and "dot_general" not in entry  # no dot hoisted out of the loop
+    assert hlo.count("while/body/closed_call/dot_general") >= 2  # one dot per operand set
+    result = contenders.slope_time_jax(contenders.xla_dot(shape), as_, bs, estimate_s=1e-5, target_s=1e-4, trials=2)
+    assert result["repeats"] >= 2 and "slope" in result["method"]
+
+
+# ------------------------------------------------------------------------------ oracle
+
+
+def test_compile_key_dedupes_by_specialisation():
+    c = Config(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=3)
+    a = oracle.compile_key(Problem(m=1024, n=2048, k=4096), c)
+    b = oracle.compile_key(Problem(m=2048, n=4096, k=1024), c)  # same pattern: all % 16 == 0
+    assert a == b
+    assert oracle.compile_key(Problem(m=1, n=2048, k=4096), c) != a  # M == 1 specialises
+    assert oracle.compile_key(Problem(m=1000, n=2048, k=4096), c) != a  # 1000 % 16 != 0
+    assert oracle.compile_key(Problem(m=1024, n=2048, k=4096, transpose_b=True), c) != a
+
+
+class FakeTimer:
+    """Times are a table lookup: launch(i) is the config itself."""
+
+    def __init__(self, times):
+        self.times, self.last_method = times, "fake"
+
+    def estimate(self, launch, nbuf, warmup=2, count=3):
+        return self.times[launch]
+
+    def time(self, launch, nbuf=1, *, target_s=1e-3, replays=5, estimate_s=None):
+        return self.times[launch] * 0.99
+
+
+def test_search_finds_the_best_and_skips_failures():
+    configs = [Config(block_m=bm, num_warps=4) for bm in (16, 32, 64, 128, 256)]
+    times = {c: t for c, t in zip(configs, (5e-3, 3e-3, 1e-3, 2e-3, 4e-3))}
+    failed = configs[3]
+    found = oracle.search(
+        configs, launcher=lambda c: c, timer=FakeTimer(times), nbuf=1, top=2,
+        compiled=lambda c: dict(ok=c is not failed, error="boom"),
+    )
+    assert found["best"] == configs[2] and found["best_s"] == pytest.approx(0.99e-3)
+    assert found["errors"] == 1 and found["complete"]
+    assert set(found["careful"]) == {configs[2], configs[1]}
+    assert oracle.rank_of(configs[1], found["first"]) == 2
+    cut = oracle.search(configs, launcher=lambda c: c, timer=FakeTimer(times), nbuf=1,
+                        compiled=lambda c: dict(ok=True), deadline=0.0)
+    assert not cut["complete"] and cut["best"] is None
+
+
+def test_oracle_cache_round_trip(tmp_path):
+    path = tmp_path / "cache.json"
+    configs = [Config(), Config(block_k=32)]
+    h = oracle.candidates_hash(configs)
+    assert h == oracle.candidates_hash(list(reversed(configs)))  # order-independent
+    assert h != oracle.candidates_hash(configs[:1])
+    key = oracle.cache_key("64x64x64 bfloat16 NN", "NVIDIA H200", h)
+    cache = oracle.OracleCache(path)
+    assert cache.get(key) is None
+    import dataclasses
+
+    cache.put(key, dict(best=dataclasses.asdict(configs[1]), best_s=1e-4, top=[dataclasses.asdict(configs[1])]))
+    again = oracle.OracleCache(path)
+    entry = again.get(key)
+    assert contenders.config_from_dict(entry["best"]) == configs[1]
+    assert again.get(oracle.cache_key("64x64x64 bfloat16 NN", "NVIDIA H100", h)) is None
+
+
+# ------------------------------------------------------------------------------ peers' configs
+
+
+def test_tutorial_configs_are_the_tutorials():
+    assert len(contenders.TUTORIAL_CONFIGS) == 8
+    assert contenders.TUTORIAL_CONFIGS[0] == Config(block_m=128, block_n=256, block_k=64, group_m=8,
+                                                    num_stages=3, num_warps=8)
+
+
+def test_nvmmh_mapping_clamps_to_the_kernel():
+    from jtblas import hardware
+    from jtblas.model import resources
+
+    problem = Problem(m=4096, n=4096, k=4096)
+    raw = dict(cta=(256, 128, 128), warp=(64, 64, 128), stages=4, split_k=2, swizzle=8)
+    fits = lambda c: not resources.fit_errors(c, problem, hardware.H200)
+    config = contenders.config_from_nvmmh(raw, problem, fits=fits, split_k_ok=False)
+    assert (config.block_m, config.block_n, config.block_k, config.num_warps) == (256, 128, 128, 8)
+    assert config.split_k == 1 and config.group_m == 8 and fits(config) and config.num_stages < 4
+    small = contenders.config_from_nvmmh(dict(cta=(16, 32, 128), warp=(16, 8, 128), stages=8, split_k=1,
+                                               swizzle=1), problem, fits=fits, split_k_ok=True)
+    assert small.num_warps == 4 and small.block_m == 16 and fits(small)
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def _synthetic_results():
+    records = []
+    for i, (name, set_, m, n, k) in enumerate([
+        ("sq1024", "square", 1024, 1024, 1024), ("sq4096", "square", 4096, 4096, 4096),
+        ("llama.qkv.fwd.M1", "llm", 1, 6144, 4096), ("odd1", "odd", 1001, 999, 3003),
+    ]):
+        flops = 2 * m * n * k
+        base = flops / 700e12
+        contenders_ = {
+            "jtblas": dict(seconds=base * (1.0 + 0.05 * i), config_short="128x128x64 w8 s3 g8", first_call_s=0.5),
+            "oracle": dict(seconds=base, config_short="128x256x64 w8 s3 g8", search_s=30.0, first_call_s=30.0),
+            "xla": dict(seconds=base * 1.02, first_call_s=1.2),
+            "cublas": dict(seconds=base * 0.98),
+            "tutorial": dict(seconds=base * 1.1),
+            "nvmmh": dict(error="not installed"),
+        }
+        if i == 1:
+            contenders_["jtblas_jax"] = dict(seconds=base * 1.01, config_short="128x128x64 w8 s3 g8")
+        records.append(dict(name=name, set=set_, group=set_, M=m, N=n, K=k, layout="NN", dtype="bfloat16",
+                            flops=flops, bytes=2 * (m * k + k * n + m * n), contenders=contenders_))
+    meta = dict(gpu="NVIDIA H200", date="2026-11-05", copy_bandwidth=dict(bytes_per_s=4.3e12),
+                versions=dict(jax="0.11.2"), methods=dict(torch="graph"))
+    return dict(meta=meta, shapes=records)
+
+
+def test_report_writes_table_summary_and_plots(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_synthetic_results()))
+    paths = report.write_report(path, tmp_path / "rep")
+    for key in ("table", "summary", "square", "pick_vs_oracle", "vs_xla_by_group"):
+        assert paths[key].exists() and paths[key].stat().st_size > 0, key
+    for key in ("square", "pick_vs_oracle", "vs_xla_by_group"):
+        assert paths[key].read_bytes()[:4] == b"\x89PNG"
+    text = paths["table"].read_text()
+    assert "| sq4096 |" in text and "pick ÷ oracle, geomean" in text and "Worst ten" in text
+    s = json.loads(paths["summary"].read_text())
+    assert s["shapes"] == 4
+    p = s["pick_over_oracle"]
+    assert p["min"] == pytest.approx(1 / 1.15) and p["worst"][0]["name"] == "odd1"
+    assert p["geomean"] == pytest.approx(math.exp(-sum(math.log(1 + 0.05 * i) for i in range(4)) / 4))
+    assert s["groups"]["square"]["jtblas_over_xla"] == pytest.approx(math.sqrt(1.02 * 1.02 / 1.05))
+    assert s["errors"] == {"nvmmh": 4}
+
+
+def test_report_only_cli_and_empty_results(tmp_path):
+    from jtblas.bench import cli
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(dict(meta={}, shapes=[])))
+    assert cli.main(["--report-only", str(path), "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "square.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(_has_cuda(), reason="this machine has a GPU")
+def test_bench_without_gpu_exits_nonzero_with_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "jtblas.bench", "--quick", "--out", str(tmp_path)],
+        check=False, capture_output=True, text=True, cwd=REPO, timeout=120,
+    )
+    assert proc.returncode != 0
+    # (jaxlib's CUDA plugin may log its own lines on import; ours is exactly one.)
+    lines = [line for line in proc.stderr.splitlines() if "jtblas bench" in line]
+    assert len(lines) == 1 and ("GPU" in lines[0] or "CUDA" in lines[0]), proc.stderr
+    assert proc.stdout == ""
+    assert not (tmp_path / "results.json").exists()
+
+
+# ------------------------------------------------------------------------------ GPU smoke test
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU and torch")
+def test_bench_smoke_on_two_tiny_shapes(tmp_path):
+    shapes_dir = tmp_path / "shapes"
+    shapes_dir.mkdir()
+    (shapes_dir / "tiny.csv").write_text(
+        "name,group,M,N,K,layout,dtype,quick\n"
+        "t256,tiny,256,256,256,NN,bfloat16,1\n"
+        "t100,tiny,100,200,300,NT,bfloat16,1\n"
+    )
+    out = tmp_path / "out"
+    # In a subprocess: the CLI leaves through os._exit when nvMatmulHeuristics is installed.
+    proc = subprocess.run(
+        [sys.executable, "-m", "jtblas.bench", "--shapes", "tiny", "--shapes-dir", str(shapes_dir),
+         "--max-candidates", "3", "--workers", "4", "--jax-checks", "1", "--out", str(out),
+         "--time-budget", "400"],
+        check=False, capture_output=True, text=True, cwd=REPO, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    assert [r["name"] for r in data["shapes"]] == ["t256", "t100"]
+    for record in data["shapes"]:
+        for name in ("jtblas", "oracle", "cublas", "tutorial"):
+            entry = record["contenders"][name]
+            assert entry.get("seconds", 0) > 0, (record["name"], name, entry)
+            if "max_rel_err" in entry:
+                assert entry["max_rel_err"] < 2e-2, (record["name"], name, entry)
+        assert record["ratios"]["pick_over_oracle"] <= 1.0
+    for png in ("square.png", "pick_vs_oracle.png", "vs_xla_by_group.png"):
+        assert (out / png).stat().st_size > 0
+    assert (out / "oracle_cache.json").exists()
