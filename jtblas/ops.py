@@ -21,8 +21,6 @@ from jtblas.kernels.matmul import matmul_kernel
 from jtblas.model import resources
 
 _INDEX_32_LIMIT = 2**31
-# Triton specialises integer arguments on divisibility by 16 (triton/backends/compiler.py).
-_MAX_UNIT = 16
 
 
 def matmul(
@@ -260,7 +258,9 @@ def launch_spec(
         STRIDE_BN=stride_bn, STRIDE_CM=n, STRIDE_CN=1, STRIDE_AB=batch_strides[0],
         STRIDE_BB=batch_strides[1], STRIDE_CB=batch_strides[2],
     )
-    units = {name: divisibility_unit(value) for name, value in sizes_and_strides.items()}
+    # 16 bytes' worth of elements is all a vector load or store can use.
+    limit = 16 // min(problem.operand_bytes, problem.out_bytes)
+    units = {name: divisibility_unit(value, limit) for name, value in sizes_and_strides.items()}
     units["STRIDE_CN"] = 1  # always 1: the compiler specialises it to the constant
     return LaunchSpec(
         grid=(tiles, batch),
@@ -303,12 +303,12 @@ def _launch_gemm(
     )
 
 
-def divisibility_unit(value: int) -> int:
-    """Largest power of two up to 16 dividing `value` (16 for 0): the divisibility Triton's own
-    launcher specialises integer arguments on, passed to the kernel explicitly (see the kernel's
-    *_UNIT parameters)."""
+def divisibility_unit(value: int, limit: int) -> int:
+    """Largest power of two up to `limit` dividing `value` (`limit` for 0): the divisibility that
+    Triton's own launcher specialises integer arguments on (by 16), passed to the kernel
+    explicitly (see the kernel's *_UNIT parameters)."""
     unit = 1
-    while unit < _MAX_UNIT and value % (2 * unit) == 0:
+    while unit < limit and value % (2 * unit) == 0:
         unit *= 2
     return unit
 
