@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -78,9 +79,7 @@ def launch(
     arrays = [arg for arg in args if isinstance(arg, (jax.Array, np.ndarray))]
     platform, compute_capability = target_platform(arrays)
     if platform == "cuda":
-        import jax_triton  # lazy: needs a CUDA jaxlib plugin
-
-        return jax_triton.triton_call(
+        return _jax_triton().triton_call(
             *args,
             kernel=kernel,
             out_shape=out_shape,
@@ -93,6 +92,24 @@ def launch(
     if platform == "cpu":
         return _launch_interpreted(kernel, grid, args, out_shape, dict(metaparams))
     raise NotImplementedError(f"jtblas has no kernel backend for platform {platform!r}")
+
+
+@functools.cache
+def _jax_triton() -> Any:
+    """jax_triton, imported on first CUDA launch (it cannot be imported with a CPU-only jaxlib).
+
+    jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which turns off Triton's on-disk
+    cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
+    "Could not create or locate cache dir"); the caller's setting is put back.
+    """
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    import jax_triton
+
+    if saved is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = saved
+    return jax_triton
 
 
 def _launch_interpreted(kernel, grid, args, out_shape, metaparams):

@@ -58,3 +58,17 @@ def test_default_selection_compiles_with_batch_dims():
     a = jax.ShapeDtypeStruct((4, 512, 768), jnp.bfloat16)
     b = jax.ShapeDtypeStruct((768, 3072), jnp.bfloat16)
     assert "triton_kernel_call" in lower_for_cuda(lambda x, y: jtblas.matmul(x, y), a, b)
+
+
+def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
+    """jax-triton 0.3.1 blanks TRITON_CACHE_DIR at import; jtblas's launcher restores it."""
+    import os
+    import sys
+
+    from jtblas import launch as launch_module
+
+    monkeypatch.delitem(sys.modules, "jax_triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/jtblas-test-cache")
+    launch_module._jax_triton.cache_clear()
+    launch_module._jax_triton()
+    assert os.environ["TRITON_CACHE_DIR"] == "/tmp/jtblas-test-cache"
