@@ -50,8 +50,14 @@ def load_data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
 
 
 def train(
-    *, epochs: int = 15, hidden: int = 64, depth: int = 1, batch_size: int = 128,
-    learning_rate: float = 1e-2, seed: int = 0, progress: bool = True,
+    *,
+    epochs: int = 15,
+    hidden: int = 64,
+    depth: int = 1,
+    batch_size: int = 128,
+    learning_rate: float = 1e-2,
+    seed: int = 0,
+    progress: bool = True,
 ) -> float:
     """Trains with Adam and returns the test accuracy in [0, 1]."""
     x_train, x_test, y_train, y_test = load_data(seed)
@@ -104,8 +110,13 @@ def main(argv: Sequence[str] | None = None) -> float:
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = parser.parse_args(argv)
     return train(
-        epochs=args.epochs, hidden=args.hidden, depth=args.depth, batch_size=args.batch_size,
-        learning_rate=args.lr, seed=args.seed, progress=not args.no_progress,
+        epochs=args.epochs,
+        hidden=args.hidden,
+        depth=args.depth,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        seed=args.seed,
+        progress=not args.no_progress,
     )
 
 

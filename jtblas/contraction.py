@@ -82,7 +82,11 @@ def dot_general(
 
     def product(a: jax.Array, b: jax.Array) -> jax.Array:
         return matmul(
-            a, b, transpose_a=plan.transpose_a, transpose_b=plan.transpose_b, precision=precision,
+            a,
+            b,
+            transpose_a=plan.transpose_a,
+            transpose_b=plan.transpose_b,
+            precision=precision,
             preferred_element_type=preferred_element_type,
         )
 
@@ -128,9 +132,15 @@ def _plan(lhs, rhs, dimension_numbers, precision, preferred_element_type, out_sh
     lhs_free_shape = tuple(lhs.shape[d] for d in lhs_free)
     rhs_free_shape = tuple(rhs.shape[d] for d in rhs_free)
     return _Plan(
-        lhs_perm=lhs_perm, rhs_perm=rhs_perm, transpose_a=transpose_a, transpose_b=transpose_b,
-        batch_shape=batch_shape, m=math.prod(lhs_free_shape), n=math.prod(rhs_free_shape),
-        k=lhs.shape[lc], out_shape=(*batch_shape, *lhs_free_shape, *rhs_free_shape),
+        lhs_perm=lhs_perm,
+        rhs_perm=rhs_perm,
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+        batch_shape=batch_shape,
+        m=math.prod(lhs_free_shape),
+        n=math.prod(rhs_free_shape),
+        k=lhs.shape[lc],
+        out_shape=(*batch_shape, *lhs_free_shape, *rhs_free_shape),
     )
 
 

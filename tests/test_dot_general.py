@@ -44,9 +44,18 @@ FALLBACK_CASES = {
     "mixed f32 x bf16": (jnp.float32, jnp.bfloat16, (((1,), (0,)), ((), ())), {}),
     "two contracting dims": (jnp.float32, jnp.float32, (((1, 0), (0, 1)), ((), ())), {}),
     "no contracting dim (outer product)": (jnp.float32, jnp.float32, (((), ()), ((), ())), {}),
-    "int8 x int8 -> int32": (jnp.int8, jnp.int8, (((1,), (0,)), ((), ())), {"preferred_element_type": jnp.int32}),
-    "DotAlgorithmPreset": (jnp.float32, jnp.float32, (((1,), (0,)), ((), ())),
-                           {"precision": lax.DotAlgorithmPreset.F32_F32_F32}),
+    "int8 x int8 -> int32": (
+        jnp.int8,
+        jnp.int8,
+        (((1,), (0,)), ((), ())),
+        {"preferred_element_type": jnp.int32},
+    ),
+    "DotAlgorithmPreset": (
+        jnp.float32,
+        jnp.float32,
+        (((1,), (0,)), ((), ())),
+        {"precision": lax.DotAlgorithmPreset.F32_F32_F32},
+    ),
 }
 
 
@@ -110,10 +119,14 @@ def test_preferred_element_type_float32(dtype, rng):
 @pytest.mark.parametrize("case", list(FALLBACK_CASES))
 def test_fallbacks_are_lax_dot_general(case, rng):
     lhs_dtype, rhs_dtype, dims, options = FALLBACK_CASES[case]
-    lhs = jnp.asarray(rng.integers(-3, 4, (6, 9)) if case != "two contracting dims" else rng.integers(-3, 4, (9, 9)))
-    rhs = jnp.asarray(rng.integers(-3, 4, (9, 5)) if case != "two contracting dims" else rng.integers(-3, 4, (9, 9)))
+    lhs = jnp.asarray(
+        rng.integers(-3, 4, (6, 9)) if case != "two contracting dims" else rng.integers(-3, 4, (9, 9))
+    )
+    rhs = jnp.asarray(
+        rng.integers(-3, 4, (9, 5)) if case != "two contracting dims" else rng.integers(-3, 4, (9, 9))
+    )
     lhs, rhs = lhs.astype(lhs_dtype), rhs.astype(rhs_dtype)
-    fn = lambda x, y: jtblas.dot_general(x, y, dims, **options)  # noqa: E731
+    fn = lambda x, y: jtblas.dot_general(x, y, dims, **options)
     np.testing.assert_array_equal(fn(lhs, rhs), lax.dot_general(lhs, rhs, dims, **options))
     assert launches(fn, lhs, rhs) == 0
 

@@ -135,7 +135,9 @@ def test_checkpoint_policies(policy, rng, monkeypatch):
     unused first forward anyway), with the same gradients."""
     runs = []
     interpreted = launch._interpreted
-    monkeypatch.setattr(launch, "_interpreted", lambda k: (runs.append(k is matmul_kernel), interpreted(k))[1])
+    monkeypatch.setattr(
+        launch, "_interpreted", lambda k: (runs.append(k is matmul_kernel), interpreted(k))[1]
+    )
     x = jnp.asarray(rng.standard_normal((8, 16)), jnp.float32)
     w1 = jnp.asarray(rng.standard_normal((16, 16)) / 4, jnp.float32)
     w2 = jnp.asarray(rng.standard_normal((16, 8)) / 4, jnp.float32)
@@ -214,3 +216,19 @@ def test_grad_and_vmap_on_gpu(dtype, rng):
     a64, b64, r64 = (np.asarray(x, np.float64) for x in (a, b, r))
     assert relative_error(da, np.einsum("bmn,bnk->bmk", r64, b64)) < tolerance(dtype, dtype)
     assert relative_error(db, np.einsum("bmn,bmk->bnk", r64, a64)) < tolerance(dtype, dtype)
+
+
+def test_grad_of_vmap_lowers_for_cuda_sm90():
+    """The CUDA path of grad(vmap(matmul)) — batch grid axis, transposed reads — compiles with
+    jax-triton for sm_90 on a machine without a GPU (one forward and two gradient launches)."""
+    pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin")
+    a = jax.ShapeDtypeStruct((3, 256, 512), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((3, 384, 512), jnp.bfloat16)
+
+    def loss(x, y):
+        out = jax.vmap(lambda u, v: jtblas.matmul(u, v, transpose_b=True))(x, y)
+        return jnp.sum(out.astype(jnp.float32) ** 2)
+
+    with launch.forced_backend("cuda", compute_capability=90):
+        lowered = jax.jit(jax.grad(loss, (0, 1))).trace(a, b).lower(lowering_platforms=("cuda",))
+    assert lowered.as_text().count("triton_kernel_call") == 3

@@ -68,10 +68,10 @@ def test_dense_gradients_match_flax(rng):
 @pytest.mark.parametrize(
     "options,tol",
     [
-        (dict(dtype=jnp.bfloat16), 1e-2),
-        (dict(param_dtype=jnp.float16, dtype=jnp.float16), 3e-3),
-        (dict(use_bias=False), 5e-3),
-        (dict(kernel_init=flax.linen.initializers.ones, bias_init=flax.linen.initializers.normal()), 5e-3),
+        ({"dtype": jnp.bfloat16}, 1e-2),
+        ({"param_dtype": jnp.float16, "dtype": jnp.float16}, 3e-3),
+        ({"use_bias": False}, 5e-3),
+        ({"kernel_init": flax.linen.initializers.ones, "bias_init": flax.linen.initializers.normal()}, 5e-3),
     ],
     ids=["dtype-bf16", "param-dtype-fp16", "no-bias", "inits"],
 )
@@ -110,7 +110,8 @@ def test_nnx_linear_matches_flax_linear(rng):
 
 def test_nnx_linear_keeps_arguments(rng):
     x = jnp.asarray(rng.standard_normal((3, 4)), jnp.bfloat16)
-    layer = jtblas.nn.Linear(4, 6, use_bias=False, dtype=jnp.bfloat16, preferred_element_type=jnp.float32,
-                             rngs=nnx.Rngs(1))
+    layer = jtblas.nn.Linear(
+        4, 6, use_bias=False, dtype=jnp.bfloat16, preferred_element_type=jnp.float32, rngs=nnx.Rngs(1)
+    )
     assert layer.bias is None and layer.dot_general is jtblas.dot_general
     assert layer(x).dtype == jnp.float32

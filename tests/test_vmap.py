@@ -80,7 +80,7 @@ def test_nested_vmap(inner, outer, spec, rng):
     sizes = {"a": 2, "b": 3}
     a = jnp.asarray(rng.standard_normal((*(sizes[c] for c in a_batch), 5, 7)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((*(sizes[c] for c in b_batch), 7, 4)), jnp.float32)
-    product = lambda x, y: jtblas.matmul(x, y, precision=HIGHEST)  # noqa: E731
+    product = lambda x, y: jtblas.matmul(x, y, precision=HIGHEST)
     fn = jax.jit(jax.vmap(jax.vmap(product, in_axes=inner), in_axes=outer))
     out = fn(a, b)
     reference = np.einsum(spec, np.asarray(a, np.float64), np.asarray(b, np.float64))
