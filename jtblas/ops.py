@@ -224,8 +224,8 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
         from jtblas.model import select_for_problem  # the model is imported when first needed
 
         config = select_for_problem(problem, hardware.detect())
-    elif batch > 1:
-        check_config(config, problem)  # checked at the boundary for the unbatched problem
+    else:  # checked at the boundary already, but batching may have folded more rows into M
+        check_config(config, problem)
     # Batch stride 0 broadcasts an operand that is not batched.
     strides = (m * k if batch_a > 1 else 0, k * n if batch_b > 1 else 0, m * n)
     return _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides)
