@@ -43,8 +43,10 @@ class Constants:
     Attributes:
       memory_latency_seconds: latency of one pipelined global load under load (s). DRAM latency on
         Hopper is ~480-500 clocks idle (Luo et al. 2024, "Benchmarking and Dissecting the Nvidia
-        Hopper GPU Architecture") and 600-800 ns under a saturating stream; we take 700 ns so that
-        `num_stages − 1` loads in flight must cover it.
+        Hopper GPU Architecture") and grows under a saturating stream; we take 1 µs, so that
+        `num_stages − 1` loads in flight must cover it. Checked against the H200 benchmark's
+        exhaustive data (docs/model.md): of 0.7, 1, 1.5 and 2 µs, 1 µs ranked configs best on
+        either half of the shapes alone (a measurement to replace by `jtblas calibrate`).
       smem_bytes_per_clock: shared-memory bandwidth per SM (bytes/clock): 32 banks x 4 bytes on
         cc 8.x/9.x (CUDA C++ Programming Guide, "Shared Memory").
       load_bytes_per_clock: bytes one SM can bring in from L2/DRAM per clock (its load port): 64,
@@ -60,19 +62,23 @@ class Constants:
       l2_usable_fraction: fraction of the L2 that holds operand panels between reuses. Hopper's L2
         is two partitions and lines read by SMs of both may be held twice; half is a conservative
         capacity for data every SM reads (calibration, see docs/model.md).
+      line_bytes: L2 cache-line size (128 bytes, four 32-byte sectors; CUDA C++ Best Practices
+        Guide, "Coalesced Access to Global Memory"). A tile row shorter than a line still costs
+        DRAM a whole line's worth of row activation and burst: see `line_efficiency`.
       full_vector_bytes: width of a full vector load (16 bytes, `ld.global.v4.b32`/cp.async 16).
         An operand whose rows are only v-byte aligned is loaded v bytes at a time and costs
         full_vector_bytes / v times as much load-port time (shared/DESIGN.md: odd sizes run at
         15-30% of the aligned speed).
     """
 
-    memory_latency_seconds: float = 700 * NANO
+    memory_latency_seconds: float = 1000 * NANO
     smem_bytes_per_clock: float = 128.0
     load_bytes_per_clock: float = 64.0
     mma_sync_fraction_on_wgmma_gpu: float = 0.65
     k_step_overhead_clocks: float = 32.0
     l2_usable_fraction: float = 0.5
     full_vector_bytes: int = 16
+    line_bytes: int = 128
 
 
 DEFAULT_CONSTANTS = Constants()
@@ -200,6 +206,22 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     return width
 
 
+def line_efficiency(problem: Problem, config: Config, operand: str,
+                    constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """Fraction of each DRAM line fetched for `operand` ("a" or "b") that the tile uses: a tile
+    reads runs of (tile extent along the operand's contiguous axis) x bytes, and a run shorter
+    than a 128-byte line wastes the rest (e.g. block_n 32 of a row-major bf16 B: 64-byte runs)."""
+    element = problem.operand_bytes
+    if operand == "a":
+        run = (config.block_m if problem.transpose_a else config.block_k) * element
+        extent = problem.m if problem.transpose_a else problem.k
+    else:
+        run = (config.block_k if problem.transpose_b else config.block_n) * element
+        extent = problem.k if problem.transpose_b else problem.n
+    run = min(run, extent * element)  # a whole short row is one run
+    return min(1.0, run / constants.line_bytes) if extent * element >= constants.line_bytes else 1.0
+
+
 def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, programs_per_sm: int,
                        constants: Constants = DEFAULT_CONSTANTS) -> float:
     """Bytes of A and B read from DRAM, with L2 reuse under the grouped program order.
@@ -224,8 +246,8 @@ def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, pro
         rows = min(tiles_m, -(-resident // tiles_n))
         group_rows = rows
     element = problem.operand_bytes
-    a_bytes = problem.m * problem.k * element
-    b_bytes = problem.k * problem.n * element
+    a_bytes = problem.m * problem.k * element / line_efficiency(problem, config, "a", constants)
+    b_bytes = problem.k * problem.n * element / line_efficiency(problem, config, "b", constants)
     a_panel = min(config.block_m, problem.m) * problem.k * element
     b_panel = min(config.block_n, problem.n) * problem.k * element
     capacity = hardware.l2_bytes * constants.l2_usable_fraction
