@@ -22,6 +22,7 @@ import re
 import sys
 
 CONTENDERS = ("jtblas_torch", "jtblas_jax", "xla", "cublas")
+SECONDS_PER_UNIT = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3}
 
 
 def run(shapes: list[tuple[int, int, int]], repeats: int) -> None:
@@ -88,7 +89,7 @@ def parse(csv_path: str, shapes: list[tuple[int, int, int]], repeats: int, resul
             continue
         if current is not None:
             unit = row.get("Metric Unit", "ns")
-            scale = {"ns": 1e-9, "us": 1e-6, "usecond": 1e-6, "nsecond": 1e-9, "ms": 1e-3, "msecond": 1e-3}.get(unit, 1e-9)
+            scale = SECONDS_PER_UNIT.get(unit, 1e-9)
             current.append((row["Kernel Name"], float(row["Metric Value"].replace(",", "")) * scale))
     bench = {}
     if results:

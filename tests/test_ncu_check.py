@@ -21,9 +21,11 @@ def test_segments_sum_per_contender(tmp_path):
                  "xla": [50, 20, 50, 20, 50, 20], "cublas": [1, 1, 1]}
     i = 0
     for name, values in durations.items():
-        lines.append(row(i, fill, "1,024")); i += 1
+        lines.append(row(i, fill, "1,024"))
+        i += 1
         for value in values:
-            lines.append(row(i, f"{name}_kernel(int)", value)); i += 1
+            lines.append(row(i, f"{name}_kernel(int)", value))
+            i += 1
     lines.append(row(i, fill, 2))
     csv_path = tmp_path / "ncu.csv"
     csv_path.write_text("".join(lines))
