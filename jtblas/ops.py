@@ -18,9 +18,14 @@ from jax.ad_checkpoint import checkpoint_name
 from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
+from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import resources
 
 _INDEX_32_LIMIT = 2**31
+# The split-K reduction: 1024 fp32 elements per program with 4 warps is 8 per thread, two 16-byte
+# loads of each partial: a streaming kernel, bound by DRAM, with no reason to tune it per shape.
+SUM_SPLITS_BLOCK = 1024
+SUM_SPLITS_WARPS = 4
 
 
 def matmul(
@@ -232,10 +237,12 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
 
 
 class LaunchSpec(NamedTuple):
-    """Everything but the operands that one launch of `matmul_kernel` needs."""
+    """Everything but the operands that one launch of `matmul_kernel` (or, from
+    `sum_splits_spec`, of `sum_splits_kernel`) needs."""
 
-    grid: tuple[int, int]
-    # M, N, K, the six matrix strides, the three batch strides, each divided by its *_UNIT.
+    grid: tuple[int, ...]
+    # matmul_kernel: M, N, K, the six matrix strides, the three batch strides, each divided by its
+    # *_UNIT. sum_splits_kernel: the size of one partial, divided by SIZE_UNIT.
     scalars: tuple[int, ...]
     num_warps: int
     num_stages: int
@@ -247,23 +254,31 @@ def launch_spec(
 ) -> LaunchSpec:
     """Grid, scalar arguments and meta-parameters of `matmul_kernel` for dense row-major operands
     (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], C [M, N]); shared by `matmul` and the
-    benchmark, which launches the same kernel on torch tensors."""
+    benchmark, which launches the same kernel on torch tensors.
+
+    With `config.split_k` > 1 the grid gains a third axis (the split) and the kernel's output is
+    not C but an fp32 workspace [split_k, batch, M, N] of partial sums (its batch stride is M·N
+    whatever `batch_strides` says); `sum_splits_spec` launches the reduction into C.
+    """
     m, n, k = problem.m, problem.n, problem.k
+    split = config.split_k
     stride_am, stride_ak = (1, m) if problem.transpose_a else (k, 1)
     stride_bk, stride_bn = (1, k) if problem.transpose_b else (n, 1)
     tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
-    biggest = max(m * k, k * n, m * n) * batch
+    biggest = max(m * k, k * n, m * n * split) * batch
+    stride_cb = m * n if split > 1 else batch_strides[2]
     sizes_and_strides = dict(
         M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
         STRIDE_BN=stride_bn, STRIDE_CM=n, STRIDE_CN=1, STRIDE_AB=batch_strides[0],
-        STRIDE_BB=batch_strides[1], STRIDE_CB=batch_strides[2],
+        STRIDE_BB=batch_strides[1], STRIDE_CB=stride_cb,
     )
     # 16 bytes' worth of elements is all a vector load or store can use.
-    limit = 16 // min(problem.operand_bytes, problem.out_bytes)
+    out_bytes = 4 if split > 1 else problem.out_bytes  # the split-K workspace is fp32
+    limit = 16 // min(problem.operand_bytes, out_bytes)
     units = {name: divisibility_unit(value, limit) for name, value in sizes_and_strides.items()}
     units["STRIDE_CN"] = 1  # always 1: the compiler specialises it to the constant
     return LaunchSpec(
-        grid=(tiles, batch),
+        grid=(tiles, batch, split) if split > 1 else (tiles, batch),
         scalars=tuple(value // units[name] for name, value in sizes_and_strides.items()),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
@@ -276,6 +291,27 @@ def launch_spec(
             EVEN_K=k % config.block_k == 0,
             INDEX_64=biggest >= _INDEX_32_LIMIT,
             **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
+            SPLIT_K=split,
+        ),
+    )
+
+
+def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1) -> LaunchSpec:
+    """Grid, scalars and meta-parameters of `sum_splits_kernel`, the second launch of a split-K
+    product: it reads the fp32 workspace [split_k, batch, M, N] that `matmul_kernel` wrote and
+    writes C [batch, M, N] in the output dtype."""
+    if config.split_k == 1:
+        raise ValueError(f"sum_splits_spec: {config.short()} does not split K")
+    size = batch * problem.m * problem.n
+    unit = divisibility_unit(size, 16 // 4)  # fp32 partials: 4 elements fill a 16-byte load
+    return LaunchSpec(
+        grid=(math.ceil(size / SUM_SPLITS_BLOCK),),
+        scalars=(size // unit,),
+        num_warps=SUM_SPLITS_WARPS,
+        num_stages=1,
+        metaparams=dict(
+            SPLIT_K=config.split_k, BLOCK=SUM_SPLITS_BLOCK, SIZE_UNIT=unit,
+            INDEX_64=size * config.split_k >= _INDEX_32_LIMIT,
         ),
     )
 
@@ -289,17 +325,39 @@ def _launch_gemm(
     batch: int = 1,
     batch_strides: tuple[int, int, int] = (0, 0, 0),
 ) -> jax.Array:
-    """One launch of `matmul_kernel`: [M, N] for 2-D operands, [batch, M, N] for 3-D ones."""
+    """The product by `matmul_kernel`: [M, N] for 2-D operands, [batch, M, N] for 3-D ones.
+
+    One launch, or with `config.split_k` > 1 two: fp32 partial sums of K slices into a
+    [split_k·batch, M, N] workspace, then `sum_splits_kernel` adds them in a fixed order and casts
+    once (deterministic: the same inputs give the same bits run after run).
+    """
     spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides)
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
-    return launch.launch(
+    out_dtype = jnp.dtype(problem.out_dtype)
+    split = config.split_k
+    product = launch.launch(
         matmul_kernel,
         grid=spec.grid,
         args=[a, b, *spec.scalars],
-        out_shape=jax.ShapeDtypeStruct(out_shape, jnp.dtype(problem.out_dtype)),
+        out_shape=jax.ShapeDtypeStruct(
+            (split * batch, problem.m, problem.n) if split > 1 else out_shape,
+            jnp.dtype(jnp.float32) if split > 1 else out_dtype,
+        ),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         metaparams=spec.metaparams,
+    )
+    if split == 1:
+        return product
+    reduction = sum_splits_spec(problem, config, batch=batch)
+    return launch.launch(
+        sum_splits_kernel,
+        grid=reduction.grid,
+        args=[product, *reduction.scalars],
+        out_shape=jax.ShapeDtypeStruct(out_shape, out_dtype),
+        num_warps=reduction.num_warps,
+        num_stages=reduction.num_stages,
+        metaparams=reduction.metaparams,
     )
 
 
@@ -405,8 +463,6 @@ def input_precision(precision: Any) -> str:
 
 def check_config(config: Any, problem: Problem, hw: hardware.Hardware | None = None) -> None:
     """Raises if `config` is not a Config or cannot run `problem` on the GPU in use."""
-    if config.split_k != 1:
-        raise ValueError(f"jtblas.matmul: Config.split_k={config.split_k} is not supported yet (use 1)")
     hw = hw or hardware.detect()
     errors = resources.fit_errors(config, problem, hw)
     if errors:

@@ -23,6 +23,57 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     return pid_m, pid_n
 
 
+@triton.jit
+def tile_pointers(
+    a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """Pointers to the first K block of a tile's A rows and B columns, and the K offsets."""
+    # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
+    # the store is masked, so wrapped values are never written.
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
+    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    return a_ptrs, b_ptrs, offs_k
+
+
+@triton.jit
+def reduce_k_blocks(
+    a_ptrs, b_ptrs, offs_k, K, first, last, stride_ak, stride_bk,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    """The fp32 sum over K blocks [first, last) of A·B; a_ptrs and b_ptrs point at block `first`.
+    Without EVEN_K the K tail (past K) is masked to zeros."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(first, last):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Stores the tile's accumulator into C, cast to C's dtype, masked at the edges."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
 # M, N, K and the batch strides already carry their divisibility in *_UNIT; Triton's launcher
 # (the benchmark launches on torch tensors) need not specialise on the reduced values again.
 @triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
@@ -60,9 +111,14 @@ def matmul_kernel(
     STRIDE_AB_UNIT: tl.constexpr,
     STRIDE_BB_UNIT: tl.constexpr,
     STRIDE_CB_UNIT: tl.constexpr,
+    SPLIT_K: tl.constexpr = 1,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
+
+    SPLIT_K > 1: grid axis 2 splits each tile's K loop into SPLIT_K slices of whole K blocks; C is
+    then an fp32 workspace [SPLIT_K, batch, M, N] of partial sums that `sum_splits_kernel` adds
+    up in a fixed order (the two launches are deterministic, run after run).
 
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
@@ -93,32 +149,33 @@ def matmul_kernel(
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
+    a_ptrs, b_ptrs, offs_k = tile_pointers(
+        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K,
+    )
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    if SPLIT_K == 1:
+        acc = reduce_k_blocks(
+            a_ptrs, b_ptrs, offs_k, K, 0, k_blocks, stride_ak, stride_bk,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K,
+        )
+    else:
+        # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
+        # fp32 partial, c[split, batch] of a dense [SPLIT_K, batch, M, N] workspace (the launcher
+        # passes stride_cb = M·N). A split past the last K block reduces nothing and writes zeros,
+        # so every partial is written and the sum never reads an unwritten element.
+        split = tl.program_id(2)
+        if INDEX_64:
+            split = split.to(tl.int64)
+        chunk = tl.cdiv(k_blocks, SPLIT_K)
+        first = split * chunk
+        last = tl.minimum(first + chunk, k_blocks)
+        a_ptrs += first * BLOCK_K * stride_ak
+        b_ptrs += first * BLOCK_K * stride_bk
+        c_ptr += split * tl.num_programs(1) * stride_cb
+        acc = reduce_k_blocks(
+            a_ptrs, b_ptrs, offs_k, K, first, last, stride_ak, stride_bk,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K,
+        )
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
 
-    # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
-    # the store below is masked, so wrapped values are never written.
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
-    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
