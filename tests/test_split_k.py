@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import jtblas
+from jtblas import hardware, model, ops
+from jtblas.model import candidates, cost
 from jtblas.ops import launch_spec, sum_splits_spec
 from tests.reference import DTYPES, random_operands, relative_error, tolerance
 
@@ -100,6 +102,47 @@ def test_launch_specs():
     assert reduction.grid == (-(-3 * 100 * 60 // reduction.metaparams["BLOCK"]),)
     with pytest.raises(ValueError, match="does not split"):
         sum_splits_spec(problem, split_config(1))
+
+
+def test_model_splits_deep_k_few_tiles_only():
+    deep = jtblas.select(256, 256, 65536, dtype="bf16", hardware="h200")
+    assert deep.split_k > 1
+    assert jtblas.select(128, 128, 32768, dtype="bf16", hardware="h200").split_k > 1
+    assert jtblas.select(4096, 4096, 4096, dtype="bf16", hardware="h200").split_k == 1
+    # Many tiles: the search space is exactly the plain one (the benchmark's cached oracle runs).
+    big = jtblas.candidates(4096, 4096, 4096, dtype="bf16", hardware="h200")
+    assert all(c.split_k == 1 for c in big) and len(big) == 191
+    reasons = model.rejection_reasons(jtblas.Config(block_m=128, block_n=256, block_k=64, split_k=2),
+                                      jtblas.Problem(m=4096, n=4096, k=4096), hardware.H200)
+    assert any("no split-K" in reason for reason in reasons)
+
+
+def test_split_candidates_follow_the_rules():
+    problem = jtblas.Problem(m=256, n=256, k=65536)
+    hw = hardware.H200
+    space = model.candidates_for_problem(problem, hw)
+    splits = [c for c in space if c.split_k > 1]
+    assert splits and len(space) <= 700
+    for c in splits:
+        assert model.rejection_reasons(c, problem, hw) == []
+        tiles = -(-256 // c.block_m) * -(-256 // c.block_n)
+        assert tiles * c.split_k < candidates.SPLIT_K_MAX_WAVES * hw.sm_count
+        assert -(-65536 // c.block_k) >= candidates.SPLIT_K_MIN_K_STEPS * c.split_k
+        assert min(c.block_m, c.block_n) >= candidates.SPLIT_K_MIN_EDGE
+
+
+def test_split_estimate_terms_and_words():
+    result = jtblas.explain(256, 256, 65536, dtype="bf16", hardware="h200")
+    win = result.winner
+    assert win.config.split_k > 1 and win.programs == win.tiles * win.config.split_k
+    assert win.partial_bytes == win.config.split_k * 256 * 256 * 4
+    assert win.reduction > hardware.H200.launch_seconds
+    assert win.compose() == pytest.approx(win.predicted_seconds, rel=1e-12)
+    assert f"K is split {win.config.split_k} ways" in result.why()
+    plain = next(e for e in result.ranked if e.config.split_k == 1)
+    assert plain.reduction == 0 and plain.partial_bytes == 0
+    assert "Not split" in jtblas.explain(16, 4096, 14336, dtype="bf16", hardware="h200").why()
+    assert cost.REDUCTION_BLOCK == ops.SUM_SPLITS_BLOCK
 
 
 SM90_CASES = [

@@ -10,6 +10,8 @@ Pure Python: no JAX, no Triton.
 
 from __future__ import annotations
 
+import dataclasses
+
 from jtblas.config import Config, Problem
 from jtblas.hardware import Hardware
 from jtblas.model import resources
@@ -48,6 +50,25 @@ MIN_STAGES_WGMMA = 3
 # 64-row tiles waste at most a third of their rows to padding (M = 129 → 192 rows), and wgmma
 # runs ~1.5x faster than mma.sync (cost.Constants.mma_sync_fraction_on_wgmma_gpu).
 MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
+
+# Split-K (the K loop of each tile shared by split_k programs, fp32 partials summed by a second
+# kernel) is searched only where the output has too few tiles to fill the GPU: fewer
+# SPLIT_K_REFERENCE_TILE² tiles than SMs. A 128x128 wgmma tile is about the smallest that keeps the
+# tensor cores busy (smaller ones are bound by shared memory, cost.step_smem), so below that count
+# some SMs idle or run inefficient tiles whatever the plain tile. Everywhere else (4096³: 1024
+# tiles) the search space is exactly the plain one.
+SPLIT_K_FACTORS = (2, 4, 8, 16, 32)
+SPLIT_K_REFERENCE_TILE = 128
+# Split only tiles at least SPLIT_K_MIN_EDGE (64) along M and N, or as large as the search allows
+# there (M = 1 on an A100: 16 rows): the point of splitting is to let an efficient tile fill the
+# SMs; smaller tiles already fill them without a split (they are in the plain search).
+SPLIT_K_MIN_EDGE = 64
+# Each split reduces at least 2 K blocks: with one, the pipeline never overlaps a load with an MMA.
+SPLIT_K_MIN_K_STEPS = 2
+# A split grid of tiles·split programs stays under 2 waves of one program per SM (more only adds
+# partial traffic), and of the splits that satisfy every rule only the two largest are kept: a
+# split whose grid, doubled twice, still fits these limits leaves most SMs idle and loses to them.
+SPLIT_K_MAX_WAVES = 2
 
 
 def next_power_of_two(value: int) -> int:
@@ -89,7 +110,7 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
 
     Hard limits (the kernel cannot run, or spills): shared memory, threads, registers. Search
     limits (it runs, but can never be worth timing): blocks beyond the problem, too little work
-    per warp, stages beyond the K loop, split-K (not yet supported).
+    per warp, stages beyond the K loop, split-K where the tiles fill the GPU (`split_k_rejections`).
     """
     reasons = list(resources.fit_errors(config, problem, hardware))
     registers = resources.registers_per_thread(config)
@@ -115,7 +136,7 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         reasons.append(f"{config.num_warps} warps for a {config.block_m}x{config.block_n} tile leave a warp idle")
     if config.num_warps == 8 and config.block_m * config.block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
         reasons.append(f"8 warps for a {config.block_m}x{config.block_n} tile (4 warps hold it)")
-    k_steps = -(-problem.k // config.block_k)
+    k_steps = program_k_steps(config, problem)
     low_s = min_stages(config.block_m, config.num_warps, problem, hardware)
     if config.num_stages not in NUM_STAGES or not low_s <= config.num_stages <= max(low_s, k_steps + 1):
         reasons.append(
@@ -125,7 +146,53 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if config.group_m not in _group_sizes(config.block_m, config.block_n, problem):
         reasons.append(f"group_m={config.group_m} not in {_group_sizes(config.block_m, config.block_n, problem)}")
     if config.split_k != 1:
-        reasons.append("split_k > 1 is not supported yet")
+        reasons.extend(split_k_rejections(config, problem, hardware))
+    return reasons
+
+
+def program_k_steps(config: Config, problem: Problem) -> int:
+    """K blocks one program reduces: all of K's, or with split-K a slice of ⌈blocks / split_k⌉."""
+    k_blocks = -(-problem.k // config.block_k)
+    return -(-k_blocks // config.split_k)
+
+
+def split_k_searched(problem: Problem, hardware: Hardware) -> bool:
+    """True when split-K candidates are searched: fewer 128x128 output tiles than SMs."""
+    edge = SPLIT_K_REFERENCE_TILE
+    return -(-problem.m // edge) * -(-problem.n // edge) < hardware.sm_count
+
+
+def _split_fits(split_k: int, tiles: int, k_blocks: int, hardware: Hardware) -> bool:
+    return (split_k <= SPLIT_K_FACTORS[-1] and k_blocks >= SPLIT_K_MIN_K_STEPS * split_k
+            and tiles * split_k < SPLIT_K_MAX_WAVES * hardware.sm_count)
+
+
+def _split_tile(block_m: int, block_n: int, problem: Problem, hardware: Hardware) -> bool:
+    """The tile is large enough to be split (see SPLIT_K_MIN_EDGE)."""
+    max_m, max_n, _, _ = block_limits(problem, hardware)
+    return block_m >= min(SPLIT_K_MIN_EDGE, max_m) and block_n >= min(SPLIT_K_MIN_EDGE, max_n)
+
+
+def split_k_rejections(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
+    """Why split_k > 1 is not searched for this config (the SPLIT_K_* rules); empty if it is."""
+    split = config.split_k
+    if split not in SPLIT_K_FACTORS:
+        return [f"split_k={split} not in {SPLIT_K_FACTORS}"]
+    edge = SPLIT_K_REFERENCE_TILE
+    if not split_k_searched(problem, hardware):
+        return [f"{-(-problem.m // edge) * -(-problem.n // edge)} tiles of {edge}x{edge} fill the "
+                f"{hardware.sm_count} SMs: no split-K"]
+    reasons = []
+    if not _split_tile(config.block_m, config.block_n, problem, hardware):
+        reasons.append(f"a {config.block_m}x{config.block_n} tile is not split (fills SMs unsplit)")
+    tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+    k_blocks = -(-problem.k // config.block_k)
+    if k_blocks < SPLIT_K_MIN_K_STEPS * split:
+        reasons.append(f"{k_blocks} K blocks leave fewer than {SPLIT_K_MIN_K_STEPS} per split of {split}")
+    if tiles * split >= SPLIT_K_MAX_WAVES * hardware.sm_count:
+        reasons.append(f"{tiles} tiles x split {split} reach {SPLIT_K_MAX_WAVES} waves of {hardware.sm_count} SMs")
+    if not reasons and _split_fits(4 * split, tiles, k_blocks, hardware):
+        reasons.append(f"split {4 * split} also fits: split {split} leaves most SMs idle")
     return reasons
 
 
@@ -147,9 +214,9 @@ def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...
 
 def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
     """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
-    block_k, num_warps, num_stages, group_m ascending). Equal to the configs of
-    BLOCK_SIZES x ... x GROUP_SIZES with no `rejection_reasons`, computed with the same integer
-    arithmetic but without building rejected Configs (select stays fast)."""
+    block_k, num_warps, num_stages, group_m, split_k ascending). Equal to the configs of
+    BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) with no `rejection_reasons`, computed
+    with the same integer arithmetic but without building rejected Configs (select stays fast)."""
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
     low_m = min_block_m(problem, hardware)
     element = problem.operand_bytes
@@ -186,10 +253,31 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
                             )
                             if resources.programs_per_sm(config, problem, hardware) >= 1:
                                 result.append(config)
+    if split_k_searched(problem, hardware):
+        result.extend(_split_candidates(result, problem, hardware))
     result.sort(key=_order)
+    return result
+
+
+def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
+    """The split-K variants of the plain candidates that `split_k_rejections` keeps (a split
+    config differs from a plain one only in split_k, and its stage range is that of its shorter
+    K loop, a subset of the plain one's)."""
+    result = []
+    for config in plain:
+        if not _split_tile(config.block_m, config.block_n, problem, hardware):
+            continue
+        tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+        k_blocks = -(-problem.k // config.block_k)
+        low_s = min_stages(config.block_m, config.num_warps, problem, hardware)
+        for split in SPLIT_K_FACTORS:
+            if not _split_fits(split, tiles, k_blocks, hardware) or _split_fits(4 * split, tiles, k_blocks, hardware):
+                continue
+            if config.num_stages <= max(low_s, -(-k_blocks // split) + 1):
+                result.append(dataclasses.replace(config, split_k=split))
     return result
 
 
 def _order(config: Config) -> tuple[int, ...]:
     return (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages,
-            config.group_m)
+            config.group_m, config.split_k)

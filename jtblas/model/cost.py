@@ -21,6 +21,16 @@ throughput term charges them in full and the latency term lets `programs_per_sm`
 All work is on padded tile sizes (tails cost a whole tile). Every term is non-decreasing in M, N
 and K for a fixed config at fixed operand alignment and K-tail class (see docs/model.md).
 
+Split-K (config.split_k = s > 1): the grid has tiles·s programs, each reducing ⌈k_blocks / s⌉ K
+steps and storing an fp32 partial tile; the operands' DRAM bytes are those of the plain tile (the
+splits read disjoint K slices of the same panels); the s·M·N·4 bytes of partials are written by
+the first kernel and read back by the reduction kernel, which adds a second launch:
+
+    predicted = launch + max(sm_seconds, memory_seconds) + reduction
+    reduction = launch + latency + max(reduce_bytes / DRAM bandwidth,
+                                       reduce_bytes / (reduce programs' SMs · load port))
+    reduce_bytes = s·M·N·4 + M·N·out_bytes
+
 Pure Python: no JAX, no Triton. The constants are in `Constants` with their sources; a calibrated
 profile (a later `jtblas calibrate`) replaces them without touching the equations.
 """
@@ -31,9 +41,13 @@ import dataclasses
 
 from jtblas.config import Config, Problem
 from jtblas.hardware import Hardware
-from jtblas.model import resources
+from jtblas.model import candidates, resources
 
 NANO = 1e-9
+# Split-K partials are fp32; the reduction kernel sums REDUCTION_BLOCK elements per program
+# (jtblas.ops.SUM_SPLITS_BLOCK: kept equal by a test).
+PARTIAL_BYTES = 4
+REDUCTION_BLOCK = 1024
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,10 +112,14 @@ class Estimate:
     tile_throughput, tile_latency.
     Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
     dram, l2, memory_latency, memory (= max(dram, l2) + memory_latency); launch; predicted_seconds.
+    Split-K: programs (= tiles · split_k: the grid; tiles_per_sm and waves count programs, k_steps
+    is per program), partial_bytes (the fp32 partials, 0 without a split), reduction (the second
+    kernel, launch included; 0 without a split).
     """
 
     config: Config
     tiles: int
+    programs: int
     tiles_per_sm: int
     programs_per_sm: int
     waves: int
@@ -130,6 +148,8 @@ class Estimate:
     memory_latency: float
     memory: float
     launch: float
+    partial_bytes: float
+    reduction: float
     predicted_seconds: float
 
     def compose(self) -> float:
@@ -137,7 +157,7 @@ class Estimate:
         return self.launch + max(
             max(self.sm_throughput, self.sm_latency),
             max(self.dram, self.l2) + self.memory_latency,
-        )
+        ) + self.reduction
 
     @property
     def bound(self) -> str:
@@ -260,17 +280,19 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
              constants: Constants = DEFAULT_CONSTANTS) -> Estimate:
     """Predicted time of `config` on `problem` on `hardware`, with each term (see module doc)."""
     bm, bn, bk = config.block_m, config.block_n, config.block_k
+    split = config.split_k
     element = problem.operand_bytes
     clock = hardware.clock_hz
     tiles_m = -(-problem.m // bm)
     tiles_n = -(-problem.n // bn)
     tiles = tiles_m * tiles_n
-    k_steps = -(-problem.k // bk)
+    grid = tiles * split
+    k_steps = candidates.program_k_steps(config, problem)  # per program: its slice of the K blocks
     programs = max(1, resources.programs_per_sm(config, problem, hardware))
-    tiles_per_sm = -(-tiles // hardware.sm_count)
-    waves = -(-tiles // (hardware.sm_count * programs))
-    active_sms = min(tiles, hardware.sm_count)
-    padded_flops = 2.0 * tiles * bm * bn * k_steps * bk
+    tiles_per_sm = -(-grid // hardware.sm_count)
+    waves = -(-grid // (hardware.sm_count * programs))
+    active_sms = min(grid, hardware.sm_count)
+    padded_flops = 2.0 * grid * bm * bn * k_steps * bk
     padding_waste = 1.0 - problem.flops / padded_flops
 
     # One K step of one program, on its SM.
@@ -295,7 +317,8 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     # One tile: first stage in flight, the K loop, then the C tile through shared memory (layout
     # conversion: one write and one read) and out through the load/store port.
     fill = latency + (a_step + b_step) / load_port
-    c_tile = bm * bn * problem.out_bytes
+    stored_bytes = PARTIAL_BYTES if split > 1 else problem.out_bytes  # split-K stores fp32 partials
+    c_tile = bm * bn * stored_bytes
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile / load_port
     tile_throughput = k_steps * step + epilogue
     loop_latency = max(k_steps * step, (k_steps - 1) * step_latency)
@@ -306,10 +329,12 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     sm = max(sm_throughput, sm_latency)
 
     # Whole GPU: DRAM and L2 traffic (every tile load crosses L2, padded tails included).
+    # Split-K: the splits read disjoint K slices of the same panels, so the operands' DRAM bytes
+    # are the plain tile's; the stores are the s fp32 partials.
     operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants)
-    c_bytes = problem.m * problem.n * problem.out_bytes
+    c_bytes = problem.m * problem.n * stored_bytes * split
     dram_bytes = operand_dram + c_bytes
-    operand_l2 = tiles * (bm + bn) * k_steps * bk * element
+    operand_l2 = grid * (bm + bn) * k_steps * bk * element
     l2_bytes = operand_l2 + c_bytes
     l2_hit_rate = max(0.0, 1.0 - operand_dram / operand_l2)
     dram = dram_bytes / hardware.dram_bytes_per_s
@@ -317,9 +342,11 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     memory = max(dram, l2) + latency
 
     launch = hardware.launch_seconds
-    predicted = launch + max(sm, memory)
+    partial_bytes = c_bytes if split > 1 else 0.0
+    reduction = reduction_seconds(problem, split, hardware, constants) if split > 1 else 0.0
+    predicted = launch + max(sm, memory) + reduction
     return Estimate(
-        config=config, tiles=tiles, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
+        config=config, tiles=tiles, programs=grid, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
         waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste,
         uses_wgmma=resources.uses_wgmma(config, problem, hardware),
         step_mma=step_mma, step_smem=step_smem, step_load=step_load, step_overhead=step_overhead,
@@ -328,8 +355,21 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
         sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
         dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,
         dram=dram, l2=l2, memory_latency=latency, memory=memory,
-        launch=launch, predicted_seconds=predicted,
+        launch=launch, partial_bytes=partial_bytes, reduction=reduction, predicted_seconds=predicted,
     )
+
+
+def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
+                      constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """The split-K reduction kernel: a second launch, one memory latency, then its bytes (the
+    split_k fp32 partials read, the output written) at DRAM bandwidth, or at the load ports of the
+    SMs its programs (REDUCTION_BLOCK elements each) occupy if there are few."""
+    elements = problem.m * problem.n
+    moved = elements * (split_k * PARTIAL_BYTES + problem.out_bytes)
+    sms = min(hardware.sm_count, -(-elements // REDUCTION_BLOCK))
+    load_port = constants.load_bytes_per_clock * hardware.clock_hz
+    streaming = max(moved / hardware.dram_bytes_per_s, moved / (sms * load_port))
+    return hardware.launch_seconds + constants.memory_latency_seconds + streaming
 
 
 def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
@@ -339,4 +379,5 @@ def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
 
 
 __all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "predicted_seconds",
-           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "dram_operand_bytes"]
+           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "dram_operand_bytes",
+           "reduction_seconds"]

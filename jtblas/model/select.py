@@ -4,7 +4,8 @@ Ties (equal predicted seconds, common when one bound such as DRAM bandwidth domi
 order, to the config with the most slack (the smaller sum of its SM-side and memory-side times,
 so the bound that was not binding is furthest away), the larger tile (higher arithmetic
 intensity), the larger block_k, the fewer stages (less shared memory for the same time), the
-fewer warps, the larger group, and finally the candidate order; so the answer is deterministic.
+fewer warps, the larger group, the smaller split_k (less partial traffic), and finally the
+candidate order; so the answer is deterministic.
 
 Pure Python: no JAX, no Triton.
 """
@@ -27,7 +28,7 @@ def _rank_key(item: tuple[int, cost.Estimate]) -> tuple:
     config = estimate.config
     return (estimate.predicted_seconds, estimate.sm + estimate.memory,
             -config.block_m * config.block_n, -config.block_k,
-            config.num_stages, config.num_warps, -config.group_m, index)
+            config.num_stages, config.num_warps, -config.group_m, config.split_k, index)
 
 
 def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
@@ -35,7 +36,8 @@ def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
     configs = candidates_for_problem(problem, hardware)
     if not configs:
         raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name}")
-    estimates = [cost.estimate(config, problem, hardware) for config in configs]
+    constants = hardware.model_constants()  # the defaults, or a calibrated profile's values
+    estimates = [cost.estimate(config, problem, hardware, constants) for config in configs]
     return [estimate for _, estimate in sorted(enumerate(estimates), key=_rank_key)]
 
 
@@ -84,14 +86,18 @@ class Explanation:
         """A sentence in words: what bounds the winner and why the best other tile shape lost."""
         win = self.winner
         c = win.config
+        if c.split_k > 1:
+            grid, unit = f"{win.programs} programs ({win.tiles} tiles x {c.split_k} splits)", "program(s)"
+        else:
+            grid, unit = f"{win.tiles} tiles", "tile(s)"
         text = (
             f"{c.short()} wins with {_us(win.predicted_seconds)} ({self.tflops(win):.0f} TFLOP/s): "
-            f"{_bound_words(win)}; {win.tiles} tiles on {self.hardware.sm_count} SMs "
-            f"({win.programs_per_sm} per SM) leave the busiest SM {win.tiles_per_sm} tile(s)"
+            f"{_bound_words(win)}; {grid} on {self.hardware.sm_count} SMs "
+            f"({win.programs_per_sm} per SM) leave the busiest SM {win.tiles_per_sm} {unit}"
         )
         if win.padding_waste > 0.005:
             text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
-        text += "."
+        text += "." + self._split_words()
         shape = (c.block_m, c.block_n, c.block_k)
         other = next(
             (e for e in self.ranked[1:]
@@ -107,11 +113,33 @@ class Explanation:
             )
         return text
 
+    def _split_words(self) -> str:
+        """Why the winner splits K, or why it does not although split-K was searched."""
+        win = self.winner
+        sms = self.hardware.sm_count
+        if win.config.split_k > 1:
+            return (
+                f" K is split {win.config.split_k} ways because {win.tiles} output tile(s) alone would "
+                f"keep only {min(win.tiles, sms)} of {sms} SMs busy: {win.programs} programs of "
+                f"{win.k_steps} K steps each write {win.partial_bytes / 1e6:.1f} MB of fp32 partials, "
+                f"which a second kernel sums in {_us(win.reduction)} (launch included)."
+            )
+        split = next((e for e in self.ranked if e.config.split_k > 1), None)
+        if split is None:
+            return ""
+        slower = 100 * (split.predicted_seconds / win.predicted_seconds - 1)
+        return (
+            f" Not split: the best split-K candidate, {split.config.short()}, predicts "
+            f"{_us(split.predicted_seconds)} ({slower:.1f}% slower), its {split.partial_bytes / 1e6:.1f} MB "
+            f"of partials and the reduction ({_us(split.reduction)}) costing more than the idle SMs it fills."
+        )
+
     def format(self, top: int = 10) -> str:
         """The top-`top` candidates as a table (times in µs), then `why()`."""
         header = (
             f"{self.problem.short()} on {self.hardware.name} ({self.hardware.full_name}): "
             f"{len(self.ranked)} candidates\n"
+            f"hardware: {self.hardware.source}\n"
         )
         columns = ("rank", "config", "pred_us", "TFLOP/s", "bound", "tiles", "t/SM", "p/SM",
                    "pad%", "sm_thr", "sm_lat", "dram", "l2", "L2hit%", "mma_ns", "smem_ns",
