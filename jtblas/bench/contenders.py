@@ -232,17 +232,32 @@ def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Cal
     """launch(i): our `matmul_kernel` on operand set i with `config` (the grid and constexprs come
     from `jtblas.ops.launch_spec`, exactly as `jtblas.matmul` launches it)."""
     from jtblas.kernels.matmul import matmul_kernel
-    from jtblas.ops import launch_spec
+    from jtblas.kernels.reduce import sum_splits_kernel
+    from jtblas.ops import launch_spec, sum_splits_spec
 
     spec = launch_spec(problem, config)
     kernel = matmul_kernel[spec.grid]
     scalars, meta = spec.scalars, spec.metaparams
     a, b, c = ops.a, ops.b, ops.c
 
-    def launch(i):
-        kernel(a[i], b[i], *scalars, c[i], num_warps=spec.num_warps, num_stages=spec.num_stages, **meta)
+    if config.split_k == 1:
+        def launch(i):
+            kernel(a[i], b[i], *scalars, c[i], num_warps=spec.num_warps, num_stages=spec.num_stages, **meta)
 
-    return launch
+        return launch
+
+    # Split-K: fp32 partials [split_k, M, N] (one workspace: launches are serialised on a stream),
+    # then the fixed-order sum and cast; both launches are timed as one product.
+    workspace = ops.torch.empty((config.split_k, problem.m, problem.n), device="cuda", dtype=ops.torch.float32)
+    reduce = sum_splits_spec(problem, config)
+    reducer = sum_splits_kernel[reduce.grid]
+
+    def launch_split(i):
+        kernel(a[i], b[i], *scalars, workspace, num_warps=spec.num_warps, num_stages=spec.num_stages, **meta)
+        reducer(workspace, *reduce.scalars, c[i], num_warps=reduce.num_warps, num_stages=reduce.num_stages,
+                **reduce.metaparams)
+
+    return launch_split
 
 
 def cublas_launcher(ops: TorchOperands) -> Callable[[int], object]:

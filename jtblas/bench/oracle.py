@@ -77,10 +77,21 @@ def _compile_job(problem_kw: dict, config_kw: dict) -> dict:
         spec = launch_spec(problem, config)
         a_dtype = getattr(torch, problem.dtype)
         c_dtype = getattr(torch, problem.out_dtype)
+        # A split-K product writes fp32 partials, then sum_splits_kernel casts them to C.
+        partial_dtype = torch.float32 if config.split_k > 1 else c_dtype
         matmul_kernel.warmup(
-            a_dtype, a_dtype, *spec.scalars, c_dtype, grid=spec.grid,
+            a_dtype, a_dtype, *spec.scalars, partial_dtype, grid=spec.grid,
             num_warps=spec.num_warps, num_stages=spec.num_stages, **spec.metaparams,
         )
+        if config.split_k > 1:
+            from jtblas.kernels.reduce import sum_splits_kernel
+            from jtblas.ops import sum_splits_spec
+
+            reduce = sum_splits_spec(problem, config)
+            sum_splits_kernel.warmup(
+                torch.float32, *reduce.scalars, c_dtype, grid=reduce.grid,
+                num_warps=reduce.num_warps, num_stages=reduce.num_stages, **reduce.metaparams,
+            )
         return dict(ok=True, seconds=time.perf_counter() - start, pid=os.getpid())
     except Exception as error:  # noqa: BLE001 - report it; the parent records the config as failed
         return dict(ok=False, seconds=time.perf_counter() - start, error=f"{type(error).__name__}: {error}"[:500])
