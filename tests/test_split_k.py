@@ -170,3 +170,20 @@ def test_split_configs_compile_for_sm90(dtype, layout, config):
     with launch.forced_backend("cuda", compute_capability=90):
         text = jax.jit(fn).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("triton_kernel_call") == 2  # the partials and their sum
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("m,n,k,dtype", [(256, 256, 16384, "bfloat16"), (96, 130, 5003, "float16")])
+def test_split_picks_on_the_gpu(transpose_a, transpose_b, m, n, k, dtype, rng):
+    """The model's split-K pick for a deep-K shape, on the CUDA device, against float64; and the
+    same bits on a second run (the fixed-order reduction)."""
+    config = jtblas.select(m, n, k, dtype=dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    assert config.split_k > 1, config
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    device = jax.devices("gpu")[0]
+    a, b = jax.device_put(a, device), jax.device_put(b, device)
+    first = product(a, b, None, transpose_a, transpose_b)
+    second = product(a, b, None, transpose_a, transpose_b)
+    assert relative_error(first, reference) < tolerance(dtype, dtype)
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
