@@ -1,8 +1,9 @@
-"""The `jtblas` command: `explain` a selection, `bench` (jtblas.bench), `calibrate` (placeholder).
+"""The `jtblas` command: `explain` a selection, `bench` (jtblas.bench), `calibrate` (jtblas.calibrate).
 
     jtblas explain 4096 4096 4096 --dtype bf16 --layout NN --gpu h200 --top 10
+    jtblas explain 16 12288 4096 --profile ~/.cache/jtblas/profiles/nvidia-h200-570.124.06.json
     jtblas bench ...          (arguments of jtblas.bench.cli)
-    jtblas calibrate          (measures a hardware profile; not yet implemented)
+    jtblas calibrate [--out FILE] [--quick] [--fit-constants]   (measures a hardware profile)
 """
 
 from __future__ import annotations
@@ -42,13 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
                          help="A then B: N as used, T stored transposed (default NN)")
     explain.add_argument("--precision", choices=("default", "highest"), default="default",
                          help="fp32 only: highest = full fp32 (no tf32)")
-    explain.add_argument("--gpu", choices=sorted(BUILTIN), type=str.lower, default=None,
-                         help="GPU description (default: detect, else h200)")
+    which = explain.add_mutually_exclusive_group()
+    which.add_argument("--gpu", choices=sorted(BUILTIN), type=str.lower, default=None,
+                       help="built-in GPU description (default: detect, with this GPU's calibrated "
+                            "profile if there is one, else h200)")
+    which.add_argument("--profile", metavar="FILE", default=None,
+                       help="a calibrated hardware profile (JSON written by `jtblas calibrate`)")
     explain.add_argument("--top", type=_positive_int, default=10, help="rows of the table (default 10)")
 
     commands.add_parser("bench", help="benchmarks (jtblas.bench); `jtblas bench --help` for its options",
                         add_help=False)
-    commands.add_parser("calibrate", help="measure this GPU's model constants (not yet implemented)")
+    calibrate = commands.add_parser(
+        "calibrate", help="measure this GPU (bandwidths, tensor rates, launch cost) into a hardware profile")
+    calibrate.add_argument("--out", metavar="FILE", default=None,
+                           help="where to write the profile (default: the cache path that detection reads, "
+                                "jtblas.profiles.profile_path(device, driver))")
+    calibrate.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    calibrate.add_argument("--fit-constants", action="store_true",
+                           help="also apply the measured model constants (per-SM load rate, loaded latency); "
+                                "they are always recorded under `measured`")
+    calibrate.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
@@ -61,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "explain":
         return _explain(args)
     if args.command == "calibrate":
-        return _calibrate()
+        return _calibrate(args)
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces the choices
 
 
@@ -72,7 +86,8 @@ def _explain(args: argparse.Namespace) -> int:
         args.m, args.n, args.k, dtype=DTYPES[args.dtype],
         out_dtype=None if args.out_dtype is None else DTYPES[args.out_dtype],
         transpose_a=args.layout[0] == "T", transpose_b=args.layout[1] == "T",
-        precision="highest" if args.precision == "highest" else None, hardware=args.gpu,
+        precision="highest" if args.precision == "highest" else None,
+        hardware=args.profile if args.profile is not None else args.gpu,
     )
     print(result.format(top=args.top))
     return 0
@@ -87,19 +102,36 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
-def _calibrate() -> int:
-    try:
-        import jax
+def _calibrate(args: argparse.Namespace) -> int:
+    from jtblas import calibrate, profiles
+    from jtblas.hardware import PROFILE_ENV_VAR
 
-        gpus = jax.devices("gpu")
-    except RuntimeError:
-        gpus = []
-    if not gpus:
-        print(f"{PROGRAM} calibrate: no GPU found, nothing to calibrate", file=sys.stderr)
-        return 1
-    print(f"{PROGRAM} calibrate: not implemented yet; the model uses the built-in description of "
-          f"{gpus[0].device_kind}", file=sys.stderr)
-    return 2
+    reason = calibrate.find_gpu()
+    if reason is not None:
+        print(f"{PROGRAM} calibrate: {reason}", file=sys.stderr)
+        return 1 if reason == calibrate.NO_GPU else 2
+    run = calibrate.Calibration(quick=args.quick, fit_constants=args.fit_constants,
+                                progress=not args.no_progress)
+    print(f"{PROGRAM} calibrate: {run.device} ({run.sm_count} SMs), driver {profiles.driver_version()}, "
+          f"base description {run.base.name!r}{'' if run.known_device else ' (nearest; no built-in for this GPU)'}",
+          file=sys.stderr)
+    profile = run.run()
+    path = args.out or profiles.profile_path(profile["device"], profile["driver"])
+    path = profiles.save(profile, path)
+    print(calibrate.format_table(calibrate.comparison_rows(profile)))
+    measured = profile["measured"]
+    print(f"\n{len(profile['hardware'])} hardware fields measured in {measured['seconds']:.1f} s"
+          f"{' (--quick)' if args.quick else ''}; model constants "
+          + ("applied" if profile["constants"] else "recorded only (--fit-constants applies them)") + ".")
+    for step, error in profile["errors"].items():
+        print(f"failed: {step}: {error}")
+    print(f"wrote {path}")
+    if args.out is None:
+        print(f"jtblas uses it automatically on this {profile['device']} under driver {profile['driver']}.")
+    else:
+        print(f"use it with {PROFILE_ENV_VAR}={path} (or hardware={str(path)!r}, "
+              f"or copy it to {profiles.profile_path(profile['device'], profile['driver'])}).")
+    return 0 if len(profile["errors"]) < len(run.steps()) else 2
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 Every number is a datasheet value or a measurement, with its source beside it. The model reads only
 these fields, so a description of a new GPU (or a calibrated profile) is all it takes to retarget it.
 This module imports JAX only inside `detect()`, to ask which device is present.
+
+Calibrated profiles (`jtblas calibrate`, `jtblas.profiles`) override the measured fields of a
+built-in description; `detect()` picks one up for the GPU in use, `load_profile(path)` reads one.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import warnings
 
 ENV_VAR = "JTBLAS_GPU"
+PROFILE_ENV_VAR = "JTBLAS_PROFILE"
 
 KIB = 1024
 MB = 1000**2
@@ -40,7 +44,9 @@ class Hardware:
       fp32_flops: achievable fp32 rate without tensor cores (FLOP/s), for `precision=HIGHEST`.
       wgmma: Hopper warpgroup MMA (needs num_warps a multiple of 4 and block_m ≥ 64).
       launch_seconds: fixed cost of one kernel launch seen from the device (s).
-      source: where the numbers come from.
+      source: where the numbers come from (a built-in, or the calibrated profile's path and date).
+      constants: calibrated values of `jtblas.model.cost.Constants` fields (name → value) that
+        replace the model's defaults on this GPU; empty for the built-ins.
     """
 
     name: str
@@ -61,6 +67,7 @@ class Hardware:
     wgmma: bool
     launch_seconds: float
     source: str = "built-in"
+    constants: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -77,6 +84,14 @@ class Hardware:
 
     def __hash__(self) -> int:
         return hash((self.name, self.source, self.sm_count, self.dram_bytes_per_s, self.clock_hz))
+
+    def model_constants(self):
+        """The model's `cost.Constants` on this GPU: the defaults with `constants` replaced."""
+        from jtblas.model import cost  # here, not at import: cost imports this module
+
+        if not self.constants:
+            return cost.DEFAULT_CONSTANTS
+        return dataclasses.replace(cost.DEFAULT_CONSTANTS, **self.constants)
 
 
 # Hopper SM: 228 KB shared memory per SM of which 227 KB per block (CUDA C++ Programming Guide,
@@ -156,14 +171,19 @@ BUILTIN: dict[str, Hardware] = {hw.name: hw for hw in (H200, H100, A100)}
 DEFAULT = H200
 
 
-def get(name_or_hardware: str | Hardware | None = None) -> Hardware:
-    """Returns a description: a `Hardware` as given, a built-in by name, or `detect()` for None."""
+def get(name_or_hardware: str | os.PathLike | Hardware | None = None) -> Hardware:
+    """Returns a description: a `Hardware` as given, a built-in by name, a calibrated profile by
+    path (a string ending in ".json", or a path object; see `load_profile`), or `detect()` for None."""
     if isinstance(name_or_hardware, Hardware):
         return name_or_hardware
     if name_or_hardware is None:
         return detect()
+    if isinstance(name_or_hardware, os.PathLike) or (
+            isinstance(name_or_hardware, str) and name_or_hardware.strip().lower().endswith(".json")):
+        return load_profile(name_or_hardware)
     if not isinstance(name_or_hardware, str):
-        raise TypeError(f"hardware must be a name, a Hardware or None, got {type(name_or_hardware).__name__}")
+        raise TypeError(f"hardware must be a name, a profile path, a Hardware or None, "
+                        f"got {type(name_or_hardware).__name__}")
     key = name_or_hardware.strip().lower()
     if key not in BUILTIN:
         raise ValueError(f"unknown hardware {name_or_hardware!r}; built-in: {sorted(BUILTIN)}")
@@ -197,26 +217,60 @@ def _cc_number(cc: tuple[int, int]) -> int:
     return 10 * cc[0] + cc[1]
 
 
+def load_profile(path: str | os.PathLike) -> Hardware:
+    """The description in a calibrated profile (JSON written by `jtblas calibrate`): its base
+    built-in with the measured fields replaced. Raises `jtblas.profiles.ProfileError` (a
+    ValueError naming the bad field) for a missing, malformed or truncated file."""
+    from jtblas import profiles
+
+    return profiles.load(path)
+
+
 def detect() -> Hardware:
     """The description of the current JAX default device.
 
-    Precedence: the `JTBLAS_GPU` environment variable (a built-in name), then the first GPU's
-    `device_kind`, then `DEFAULT` when JAX has no GPU (CPU interpreter runs).
+    Precedence: a profile named by the `JTBLAS_PROFILE` environment variable (a path; honoured
+    with or without a GPU), then `JTBLAS_GPU` (a built-in name), then for the first GPU its
+    calibrated profile in `jtblas.profiles.profile_dir()` if one matches its name and the driver
+    version, else the built-in for its `device_kind`; `DEFAULT` when JAX has no GPU (CPU
+    interpreter runs). A damaged profile warns and falls back to the next rule.
     """
+    from jtblas import profiles
+
+    path = os.environ.get(PROFILE_ENV_VAR)
+    if path:
+        hardware = profiles.load_or_none(path)
+        if hardware is not None:
+            return hardware
     override = os.environ.get(ENV_VAR)
     if override:
         return get(override)
+    gpu = _first_gpu()
+    if gpu is None:
+        return DEFAULT
+    device_kind, capability = gpu
+    driver = profiles.driver_version()
+    cached = profiles.profile_path(device_kind, driver)
+    if cached.is_file():
+        hardware = profiles.load_or_none(cached, device=device_kind, driver=driver)
+        if hardware is not None:
+            return hardware
+    return from_device_kind(device_kind, capability)
+
+
+def _first_gpu() -> tuple[str, tuple[int, int] | None] | None:
+    """(device_kind, compute capability) of JAX's first GPU, or None without one."""
     import jax  # only here: the description table itself needs no JAX
 
     try:
         devices = jax.devices("gpu")
     except RuntimeError:
-        return DEFAULT
+        return None
     if not devices:
-        return DEFAULT
+        return None
     device = devices[0]
     capability = getattr(device, "compute_capability", None)
     if isinstance(capability, str):
         major, _, minor = capability.partition(".")
         capability = (int(major), int(minor or 0))
-    return from_device_kind(device.device_kind, capability)
+    return device.device_kind, capability

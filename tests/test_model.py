@@ -153,7 +153,8 @@ def test_explain_ranks_and_composes():
         assert 0 <= e.padding_waste < 1 and 0 <= e.l2_hit_rate <= 1
     text = result.format(top=3)
     assert result.config.short() in text and "wins" in text
-    assert len(text.splitlines()) == 1 + 1 + 3 + 1
+    assert len(text.splitlines()) == 1 + 1 + 1 + 3 + 1  # problem, hardware source, header, rows, why
+    assert text.splitlines()[1] == f"hardware: {hardware.H200.source}"
     assert str(result) == result.format(top=10)
 
 
@@ -247,7 +248,7 @@ def test_cli_calibrate_without_gpu(capsys):
     if cuda_available():
         pytest.skip("a GPU is present")
     assert cli.main(["calibrate"]) == 1
-    assert "no GPU found, nothing to calibrate" in capsys.readouterr().err
+    assert "no CUDA GPU found, nothing to calibrate" in capsys.readouterr().err
 
 
 def test_python_dash_m_jtblas():

@@ -1,0 +1,465 @@
+"""`jtblas calibrate`: measure the GPU in hand and write the hardware profile the model reads.
+
+Each measurement takes a second or less (the whole run ~20-40 s, `--quick` ~10-20 s, most of it
+CUDA/cuBLAS start-up and Triton compiles) and is timed on the device (CUDA graphs and events,
+`jtblas.bench.timing.GraphTimer`), never by Python wall clock:
+
+| measurement | how | feeds |
+|---|---|---|
+| DRAM bandwidth | `dst.copy_(src)` of 1 GiB, read + written bytes / time | `dram_bytes_per_s` |
+| L2 bandwidth | Triton read kernel, a program per SM re-reading a 17 MB working set (no L1) | `l2_bytes_per_s` |
+| tensor-core rates | `torch.matmul` (cuBLAS, the practical ceiling) of 8192³ bf16/fp16, tf32 | `tensor_flops` |
+| fp32 rate | `torch.matmul` fp32 4096³ with TF32 off | `fp32_flops` |
+| launch overhead | an (almost) empty Triton kernel, back-to-back in a CUDA graph | `launch_seconds` |
+| SM clock | NVML (via torch) sampled while the bf16 GEMMs run | `clock_hz` |
+| per-SM load rate | the read kernel on 1, 2, 4, 8, ... SMs with 128 KB in flight each | `load_bytes_per_clock` (1) |
+| loaded latency | the read kernel on every SM, 8-128 KB in flight each (Little's law) | `memory_latency_seconds` (1) |
+
+(1) model constants (`jtblas.model.cost.Constants`): always recorded under `measured`, applied
+(written under `constants`) only with `--fit-constants`, because the model's values were chosen
+against exhaustive GEMM timings and these microbenchmarks measure a related, not identical,
+quantity (docs/calibrate.md).
+
+Only torch and Triton on the GPU path, both imported lazily: `import jtblas.calibrate` is cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from jtblas import hardware as hardware_lib
+from jtblas import profiles
+
+MIB = 1 << 20
+KIB = 1 << 10
+FP32 = 4
+NO_GPU = "no CUDA GPU found, nothing to calibrate"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Sizes and repetitions of one calibration run (`quick` trades accuracy for time)."""
+
+    quick: bool
+    copy_bytes: int  # DRAM copy size
+    gemm_size: int  # bf16/fp16/tf32 GEMM M = N = K
+    fp32_gemm_size: int  # fp32 (no tensor cores) GEMM size
+    read_buffer_bytes: int  # random fp32 data the read kernel streams (≫ L2)
+    l2_chunk_bytes: int  # per program (one per SM): working set = SMs x this, ≪ L2
+    l2_repeats: int
+    inflight_bytes: tuple[int, ...]  # bytes in flight per program (the read kernel's BLOCK·4)
+    active_sms: tuple[int, ...]  # grids of the per-SM rate, clipped to the SM count (and the SM count added)
+    target_s: float  # length of one timed CUDA-graph replay
+    replays: int
+    clock_sample_s: float
+
+    @classmethod
+    def make(cls, quick: bool) -> Plan:
+        if quick:
+            return cls(quick=True, copy_bytes=256 * MIB, gemm_size=4096, fp32_gemm_size=4096,
+                       read_buffer_bytes=512 * MIB, l2_chunk_bytes=128 * KIB, l2_repeats=16,
+                       inflight_bytes=(8 * KIB, 32 * KIB, 128 * KIB), active_sms=(1, 8, 33),
+                       target_s=2e-3, replays=3, clock_sample_s=0.1)
+        return cls(quick=False, copy_bytes=1024 * MIB, gemm_size=8192, fp32_gemm_size=4096,
+                   read_buffer_bytes=1024 * MIB, l2_chunk_bytes=128 * KIB, l2_repeats=32,
+                   inflight_bytes=(8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 128 * KIB),
+                   active_sms=(1, 2, 4, 8, 16, 33, 66), target_s=10e-3, replays=5, clock_sample_s=0.3)
+
+
+def find_gpu() -> str | None:
+    """None when torch sees a CUDA GPU; else why calibration cannot run (`NO_GPU` when the machine
+    has no CUDA GPU at all). Checks without JAX (whose start-up may log to stderr)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        return None
+    if _driver_device_count() == 0:
+        return NO_GPU
+    if torch is None:
+        return "needs PyTorch with CUDA for its microbenchmarks (torch is not installed)"
+    return "needs PyTorch with CUDA for its microbenchmarks (this torch has no CUDA)"
+
+
+def _driver_device_count() -> int:
+    """CUDA devices the driver reports (0 without a driver), through libcuda directly."""
+    try:
+        import ctypes
+
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    except (OSError, AttributeError):
+        return 0
+
+
+class _Progress:
+    """tqdm over the steps if importable, else one stderr line per step."""
+
+    def __init__(self, total: int, enabled: bool, stream: TextIO):
+        self.enabled, self.stream, self.total, self.done = enabled, stream, total, 0
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc="jtblas calibrate", file=stream, leave=False,
+                                bar_format="{desc}: {n}/{total} |{bar}| {elapsed} {postfix}")
+            except ImportError:
+                self.bar = None
+
+    def start(self, name: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(name)
+        elif self.enabled:
+            print(f"jtblas calibrate [{self.done + 1}/{self.total}] {name} ...", file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Calibration:
+    """One calibration run on torch's current CUDA device (`run()` returns the profile dict)."""
+
+    def __init__(self, *, quick: bool = False, fit_constants: bool = False, progress: bool = True,
+                 stream: TextIO = sys.stderr):
+        import torch
+
+        from jtblas.bench.timing import GraphTimer
+
+        self.torch = torch
+        self.plan = Plan.make(quick)
+        self.fit_constants = fit_constants
+        self.progress, self.stream = progress, stream
+        self.timer = GraphTimer(max_launches=4000)  # ≥ the 64 views a read may rotate over
+        self.props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.device = str(self.props.name).strip()
+        self.capability = (int(self.props.major), int(self.props.minor))
+        self.sm_count = int(self.props.multi_processor_count)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.base = hardware_lib.from_device_kind(self.device, self.capability)
+        self.known_device = not caught  # from_device_kind warns when it has no description
+        self.measured: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+
+    # --- the measurements -------------------------------------------------------------------
+
+    def _time(self, launch: Callable[[int], object], nbuf: int = 1) -> tuple[float, str]:
+        seconds = self.timer.time(launch, nbuf, target_s=self.plan.target_s, replays=self.plan.replays)
+        return seconds, self.timer.last_method
+
+    def dram_copy(self) -> None:
+        from jtblas.bench.timing import copy_bandwidth
+
+        self.measured["dram_copy"] = copy_bandwidth(self.timer, nbytes=self.plan.copy_bytes)
+
+    def gemm(self, dtype_name: str) -> None:
+        """cuBLAS through torch.matmul: bf16/fp16, fp32 as tf32 ("tf32"), or fp32 without tensor
+        cores ("fp32"); random inputs (never zeros)."""
+        torch = self.torch
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "tf32": torch.float32,
+                 "fp32": torch.float32}[dtype_name]
+        n = self.plan.fp32_gemm_size if dtype_name == "fp32" else self.plan.gemm_size
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest" if dtype_name == "fp32" else "high")
+        try:
+            a = torch.randn(n, n, device="cuda", dtype=dtype)
+            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            out = torch.empty(n, n, device="cuda", dtype=dtype)
+            torch.cuda.synchronize()  # the timer runs on its own stream
+            seconds, method = self._time(lambda i: torch.matmul(a, b, out=out))
+            if dtype_name == "bfloat16":
+                self.measured["sm_clock_hz_samples"] = self._sample_clock(lambda: torch.matmul(a, b, out=out),
+                                                                          seconds)
+        finally:
+            torch.set_float32_matmul_precision(previous)
+        self.measured.setdefault("gemm", {})[dtype_name] = dict(
+            size=n, seconds=seconds, flops_per_s=2.0 * n**3 / seconds, method=f"torch.matmul; {method}")
+
+    def _sample_clock(self, op: Callable[[], object], op_seconds: float) -> list[float]:
+        """The SM clock (Hz) read through NVML while `op` runs back to back for clock_sample_s;
+        empty if NVML is not available (torch.cuda.clock_rate needs pynvml)."""
+        torch = self.torch
+        count = max(1, math.ceil(self.plan.clock_sample_s / op_seconds))
+        samples: list[float] = []
+        try:
+            torch.cuda.clock_rate()  # fails fast without pynvml, before queueing any work
+        except Exception:  # noqa: BLE001 - optional: no clock reading means keep the built-in clock
+            return samples
+        for _ in range(count):
+            op()
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.6 * self.plan.clock_sample_s and len(samples) < 10:
+            try:
+                samples.append(float(torch.cuda.clock_rate()) * 1e6)  # MHz
+            except Exception:  # noqa: BLE001
+                break
+            time.sleep(self.plan.clock_sample_s / 20)
+        torch.cuda.synchronize()
+        return samples
+
+    def launch(self) -> None:
+        torch = self.torch
+        _check_triton_compiles()
+        from jtblas._calibrate_kernels import tiny_kernel
+
+        out = torch.empty(1, device="cuda", dtype=torch.float32)
+        seconds, method = self._time(lambda i: tiny_kernel[(1,)](out, num_warps=1))
+        self.measured["launch"] = dict(seconds=seconds, method=f"Triton one-store kernel; {method}")
+
+    def _read_buffer(self):
+        if not hasattr(self, "_buffer"):
+            torch = self.torch
+            self._buffer = torch.rand(self.plan.read_buffer_bytes // FP32, device="cuda", dtype=torch.float32)
+            self._sink = torch.empty(128 * KIB // FP32, device="cuda", dtype=torch.float32)
+            torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
+        return self._buffer, self._sink
+
+    def _read(self, *, programs: int, inflight_bytes: int, chunk_bytes: int, repeats: int = 1,
+              rotate: bool = True) -> dict:
+        """Bytes/s of `programs` programs each reading `chunk_bytes` (× repeats) with
+        `inflight_bytes` in flight; successive launches read different parts of the buffer
+        (rotate) so that nothing is left in L2 from the previous one."""
+        _check_triton_compiles()
+        from jtblas._calibrate_kernels import stream_read_kernel
+
+        buffer, sink = self._read_buffer()
+        block = inflight_bytes // FP32
+        warps = max(1, min(16, block // 512))  # ≤ 64 elements (16 x 16-byte loads) per thread
+        total = buffer.numel()
+        chunk = max(block, min(chunk_bytes // FP32, total // programs) // block * block)
+        footprint = programs * chunk
+        if footprint > total:
+            raise ValueError(f"read of {programs} x {chunk} elements exceeds the {total}-element buffer")
+        # Rotate over enough views that a view comes back only after ≥ 256 MB (≫ L2) were read.
+        count = min(total // footprint, -(-256 * MIB // (footprint * FP32))) if rotate else 1
+        views = [buffer[i * footprint:(i + 1) * footprint] for i in range(max(1, count))]
+
+        def launch(i: int):
+            return stream_read_kernel[(programs,)](views[i], sink, chunk, repeats, BLOCK=block,
+                                                   num_warps=warps, num_stages=1)
+
+        compiled = launch(0)  # compiles; its register use tells whether the in-flight data spilled
+        estimate = self.timer.estimate(launch, len(views))
+        # The graph replays ≥ len(views) launches, so replays do not find the last one's data in L2.
+        seconds = self.timer.time(launch, len(views), target_s=max(self.plan.target_s, estimate * len(views)),
+                                  replays=self.plan.replays, estimate_s=estimate)
+        method = self.timer.last_method
+        nbytes = footprint * FP32 * repeats
+        steps = repeats * chunk // block
+        return dict(programs=programs, inflight_bytes_per_program=block * FP32, bytes=nbytes,
+                    seconds=seconds, bytes_per_s=nbytes / seconds, seconds_per_step=seconds / steps,
+                    registers=getattr(compiled, "n_regs", None), spills=getattr(compiled, "n_spills", None),
+                    method=f"Triton read kernel, {warps} warps; {method}")
+
+    def l2_read(self) -> None:
+        result = self._read(programs=self.sm_count, inflight_bytes=128 * KIB, chunk_bytes=self.plan.l2_chunk_bytes,
+                            repeats=self.plan.l2_repeats, rotate=False)
+        result["working_set_bytes"] = result["bytes"] // self.plan.l2_repeats
+        self.measured["l2_read"] = result
+
+    def dram_read_vs_inflight(self) -> None:
+        """Every SM one program, 8-128 KB in flight each: DRAM read bandwidth against bytes in
+        flight. The loaded latency is the time of one step at the smallest in-flight size that
+        reaches 90% of the best bandwidth (Little's law: latency = bytes in flight / bandwidth)."""
+        rows = [self._read(programs=self.sm_count, inflight_bytes=b,
+                           chunk_bytes=self.plan.read_buffer_bytes // 2 // self.sm_count)
+                for b in self.plan.inflight_bytes]
+        self.measured["dram_read_vs_inflight"] = rows
+        best = max(row["bytes_per_s"] for row in rows)
+        knee = min((row for row in rows if row["bytes_per_s"] >= 0.9 * best),
+                   key=lambda row: row["inflight_bytes_per_program"])
+        self.measured["dram_read_bytes_per_s"] = best
+        self.measured["loaded_latency_seconds"] = knee["seconds_per_step"]
+        self.measured["loaded_latency_inflight_bytes_per_sm"] = knee["inflight_bytes_per_program"]
+
+    def single_sm_read(self) -> None:
+        """One program: step time = idle latency + bytes / the SM's load rate; two in-flight sizes
+        give both (the intercept and the slope)."""
+        small, large = min(self.plan.inflight_bytes), max(self.plan.inflight_bytes)
+        rows = [self._read(programs=1, inflight_bytes=b, chunk_bytes=(4 if self.plan.quick else 16) * MIB)
+                for b in (small, large)]
+        self.measured["single_sm_read"] = rows
+        t_small, t_large = rows[0]["seconds_per_step"], rows[1]["seconds_per_step"]
+        if t_large > t_small:
+            rate = (large - small) / (t_large - t_small)
+            self.measured["single_sm_load_bytes_per_s_slope"] = rate
+            self.measured["idle_latency_seconds"] = t_small - small / rate
+
+    def dram_read_vs_sms(self) -> None:
+        """128 KB in flight per program on 1, 2, 4, ... SMs: the per-SM load rate where the DRAM
+        is far from saturated (≤ 8 SMs), and how many SMs saturate it."""
+        grids = sorted({g for g in self.plan.active_sms if g < self.sm_count} | {self.sm_count})
+        inflight = max(self.plan.inflight_bytes)
+        rows = []
+        for programs in grids:
+            row = self._read(programs=programs, inflight_bytes=inflight,
+                             chunk_bytes=min(16 * MIB, self.plan.read_buffer_bytes // 2 // programs))
+            row["bytes_per_s_per_sm"] = row["bytes_per_s"] / programs
+            rows.append(row)
+        self.measured["dram_read_vs_sms"] = rows
+        few = [row["bytes_per_s_per_sm"] for row in rows if row["programs"] <= 8] or [rows[0]["bytes_per_s_per_sm"]]
+        per_sm = statistics.median(few)
+        self.measured["per_sm_load_bytes_per_s"] = per_sm
+        self.measured["sms_to_saturate_dram_read"] = max(row["bytes_per_s"] for row in rows) / per_sm
+
+    # --- the run ----------------------------------------------------------------------------
+
+    def steps(self) -> list[tuple[str, Callable[[], None]]]:
+        return [
+            ("DRAM copy", self.dram_copy),
+            ("bf16 GEMM", lambda: self.gemm("bfloat16")),
+            ("fp16 GEMM", lambda: self.gemm("float16")),
+            ("tf32 GEMM", lambda: self.gemm("tf32")),
+            ("fp32 GEMM", lambda: self.gemm("fp32")),
+            ("launch overhead", self.launch),
+            ("L2 read", self.l2_read),
+            ("DRAM read vs bytes in flight", self.dram_read_vs_inflight),
+            ("one-SM read", self.single_sm_read),
+            ("DRAM read vs active SMs", self.dram_read_vs_sms),
+        ]
+
+    def run(self) -> dict[str, Any]:
+        """Runs every step (a failing step is recorded under `errors` and its fields keep their
+        built-in values) and returns the profile dict (validated)."""
+        started = time.perf_counter()
+        steps = self.steps()
+        progress = _Progress(len(steps), self.progress, self.stream)
+        try:
+            for name, step in steps:
+                progress.start(name)
+                try:
+                    step()
+                except Exception as error:  # noqa: BLE001 - one broken step must not lose the others
+                    self.errors[name] = f"{type(error).__name__}: {error}"
+                    print(f"jtblas calibrate: {name} failed ({self.errors[name]}); keeping the built-in value",
+                          file=self.stream, flush=True)
+                progress.finish()
+        finally:
+            progress.close()
+            self.torch.cuda.synchronize()
+        self.measured["seconds"] = time.perf_counter() - started
+        fields, constants = self.derive()
+        import triton
+
+        return profiles.make(
+            device=self.device, driver=profiles.driver_version(), base=self.base.name,
+            hardware=fields, constants=constants if self.fit_constants else {},
+            measured={**self.measured, "constants": constants},
+            quick=self.plan.quick, errors=self.errors,
+            software=dict(torch=self.torch.__version__, cuda=str(self.torch.version.cuda),
+                          triton=triton.__version__),
+        )
+
+    def derive(self) -> tuple[dict[str, Any], dict[str, float]]:
+        """The Hardware fields and model constants the measurements give (only those measured)."""
+        m = self.measured
+        fields: dict[str, Any] = {"sm_count": self.sm_count}
+        if not self.known_device:  # no built-in for this GPU: its structure from the driver too
+            props = self.props
+            fields.update(name=profiles._slug(self.device), full_name=self.device,
+                          compute_capability=list(self.capability), wgmma=self.capability[0] == 9)
+            for field, attribute in (("l2_bytes", "L2_cache_size"),
+                                     ("smem_per_sm", "shared_memory_per_multiprocessor"),
+                                     ("smem_per_block", "shared_memory_per_block_optin"),
+                                     ("regs_per_sm", "regs_per_multiprocessor"),
+                                     ("max_threads_per_sm", "max_threads_per_multi_processor")):
+                value = getattr(props, attribute, None)
+                if isinstance(value, int) and value > 0:
+                    fields[field] = value
+
+        def put(field: str, value: Any) -> None:
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                fields[field] = float(value)
+
+        if "dram_copy" in m:
+            put("dram_bytes_per_s", m["dram_copy"]["bytes_per_s"])
+        if "l2_read" in m:
+            put("l2_bytes_per_s", m["l2_read"]["bytes_per_s"])
+        gemm = m.get("gemm", {})
+        rates = {dtype: gemm[key]["flops_per_s"]
+                 for dtype, key in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "tf32"))
+                 if key in gemm}
+        if rates:
+            fields["tensor_flops"] = rates
+        if "fp32" in gemm:
+            put("fp32_flops", gemm["fp32"]["flops_per_s"])
+        if "launch" in m:
+            put("launch_seconds", m["launch"]["seconds"])
+        clocks = m.get("sm_clock_hz_samples") or []
+        if clocks and 0.2e9 <= statistics.median(clocks) <= 4e9:
+            put("clock_hz", statistics.median(clocks))
+
+        constants: dict[str, float] = {}
+        clock = fields.get("clock_hz", self.base.clock_hz)
+        per_sm = m.get("per_sm_load_bytes_per_s")
+        if per_sm and math.isfinite(per_sm) and per_sm > 0:
+            constants["load_bytes_per_clock"] = per_sm / clock
+        latency = m.get("loaded_latency_seconds")
+        if latency and math.isfinite(latency) and 50e-9 <= latency <= 20e-6:
+            constants["memory_latency_seconds"] = latency
+        return fields, constants
+
+
+def _check_triton_compiles() -> None:
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("TRITON_INTERPRET is set: Triton kernels would run in the CPU interpreter")
+
+
+def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(quantity, measured, built-in, measured ÷ built-in) for the profile's measured numbers."""
+    from jtblas.model.cost import DEFAULT_CONSTANTS
+
+    base = hardware_lib.BUILTIN[profile["base"]]
+    fields = profile["hardware"]
+    constants = profile.get("measured", {}).get("constants", {})
+    rows = []
+
+    def row(label: str, value: float | None, reference: float, unit: float, fmt: str = "{:.2f}") -> None:
+        if value is None:
+            rows.append((label, "-", fmt.format(reference / unit), "-"))
+        else:
+            rows.append((label, fmt.format(value / unit), fmt.format(reference / unit), f"{value / reference:.2f}"))
+
+    row("DRAM bandwidth, copy (TB/s)", fields.get("dram_bytes_per_s"), base.dram_bytes_per_s, 1e12)
+    row("L2 bandwidth, read (TB/s)", fields.get("l2_bytes_per_s"), base.l2_bytes_per_s, 1e12)
+    rates = fields.get("tensor_flops", {})
+    for dtype, label in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "tf32")):
+        row(f"{label} tensor cores (TFLOP/s)", rates.get(dtype), base.tensor_flops[dtype], 1e12, "{:.0f}")
+    row("fp32, no tensor cores (TFLOP/s)", fields.get("fp32_flops"), base.fp32_flops, 1e12, "{:.1f}")
+    row("launch overhead (µs)", fields.get("launch_seconds"), base.launch_seconds, 1e-6)
+    row("SM clock under load (GHz)", fields.get("clock_hz"), base.clock_hz, 1e9, "{:.3f}")
+    row("load bytes/clock per SM (model constant)", constants.get("load_bytes_per_clock"),
+        DEFAULT_CONSTANTS.load_bytes_per_clock, 1.0, "{:.1f}")
+    row("loaded memory latency, µs (model constant)", constants.get("memory_latency_seconds"),
+        DEFAULT_CONSTANTS.memory_latency_seconds, 1e-6)
+    return rows
+
+
+def format_table(rows: list[tuple[str, str, str, str]]) -> str:
+    header = ("quantity", "measured", "built-in", "ratio")
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+                     for r in table)
+
+
+__all__ = ["Calibration", "NO_GPU", "Plan", "comparison_rows", "find_gpu", "format_table"]

@@ -1,0 +1,280 @@
+"""Hardware profiles: what `jtblas calibrate` measured on one GPU, as a versioned JSON file.
+
+A profile overrides only the fields it measured of a built-in description (`base`), so it stays
+small and a later fix to a built-in datasheet number still reaches every field it did not measure:
+
+    {
+      "schema": 1,
+      "device": "NVIDIA H200",            # torch/JAX device name, matched case-insensitively
+      "driver": "570.124.06",             # NVIDIA driver version (see `driver_version`)
+      "date": "2026-12-01T10:00:00+00:00",
+      "base": "h200",                     # the built-in description the fields override
+      "hardware": {"dram_bytes_per_s": 4.31e12, "tensor_flops": {"bfloat16": 7.8e14}, ...},
+      "constants": {"load_bytes_per_clock": 61.0},   # optional: jtblas.model.cost.Constants
+      "measured": {...}                   # optional, free-form: the raw measurements
+    }
+
+`load` is strict: a missing field, a wrong type, a non-positive number or an unknown schema raises
+`ProfileError` naming the field. `load_or_none` (what automatic detection uses) turns that into a
+warning and None, so a damaged profile falls back to the built-in description. Profiles live in
+`profile_dir()` (`$XDG_CACHE_HOME/jtblas/profiles`, default `~/.cache/jtblas/profiles`) under
+`<device>-<driver>.json`. Pure Python: no JAX, no torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import functools
+import json
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from jtblas.hardware import BUILTIN, Hardware
+
+SCHEMA = 1
+
+# Hardware fields a profile may set, by kind. `name` and `source` are set by the loader.
+_INT_FIELDS = ("sm_count", "l2_bytes", "smem_per_sm", "smem_per_block", "regs_per_sm",
+               "max_regs_per_thread", "max_threads_per_sm")
+_FLOAT_FIELDS = ("clock_hz", "dram_bytes_per_s", "l2_bytes_per_s", "fp32_flops", "launch_seconds")
+HARDWARE_FIELDS = frozenset(_INT_FIELDS + _FLOAT_FIELDS
+                            + ("name", "full_name", "compute_capability", "tensor_flops", "wgmma"))
+
+
+class ProfileError(ValueError):
+    """A hardware profile that cannot be used; the message names the file and the bad field."""
+
+
+def profile_dir() -> Path:
+    """Where calibrated profiles are stored: `$XDG_CACHE_HOME/jtblas/profiles` (default ~/.cache)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "jtblas" / "profiles"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.strip().lower()).strip("-") or "unknown"
+
+
+def profile_path(device: str, driver: str) -> Path:
+    """The cache path of the profile of `device` under `driver` (e.g. nvidia-h200-570.124.06.json)."""
+    return profile_dir() / f"{_slug(device)}-{_slug(driver)}.json"
+
+
+@functools.cache
+def driver_version() -> str:
+    """The NVIDIA driver version ("570.124.06"), or "unknown". Read without torch or JAX: from
+    /proc/driver/nvidia/version (Linux), else NVML (pynvml, if installed), else libcuda's
+    cuDriverGetVersion ("cuda-12080")."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text) or re.search(
+            r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", text)
+        if found:
+            return found.group(1)
+    except OSError:
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # noqa: BLE001 - optional source; any failure means "try the next one"
+        pass
+    try:
+        import ctypes
+
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int()
+        if libcuda.cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return f"cuda-{version.value}"
+    except (OSError, AttributeError):
+        pass
+    return "unknown"
+
+
+def make(*, device: str, driver: str, base: str, hardware: dict[str, Any],
+         constants: dict[str, float] | None = None, measured: dict[str, Any] | None = None,
+         date: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A profile (a JSON-ready dict) overriding `hardware` fields (and model `constants`) of the
+    built-in `base`. Validated: raises ProfileError like `load` would."""
+    profile = {
+        "schema": SCHEMA,
+        "device": device,
+        "driver": driver,
+        "date": date or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "base": base,
+        "hardware": copy.deepcopy(hardware),
+        "constants": dict(constants or {}),
+        "measured": copy.deepcopy(measured or {}),
+        **copy.deepcopy(extra),
+    }
+    to_hardware(profile, origin="profile")
+    return profile
+
+
+def save(profile: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Writes `profile` (validated first) to `path` atomically, creating its directory."""
+    path = Path(path)
+    to_hardware(profile, origin=str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp",
+                                     delete=False) as handle:
+        json.dump(profile, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+    os.replace(handle.name, path)
+    return path
+
+
+def read(path: str | os.PathLike) -> dict[str, Any]:
+    """The raw profile dict in `path` (checked to be a JSON object; not validated further)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ProfileError(f"hardware profile {str(path)!r} cannot be read: {error}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ProfileError(f"hardware profile {str(path)!r} is not valid JSON (truncated?): {error}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"hardware profile {str(path)!r} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load(path: str | os.PathLike) -> Hardware:
+    """The `Hardware` a profile file describes: its base built-in with the profile's fields
+    replaced, `source` naming the file. Raises ProfileError (naming the field) if it is unusable."""
+    return to_hardware(read(path), origin=str(path))
+
+
+def load_or_none(path: str | os.PathLike, *, device: str | None = None,
+                 driver: str | None = None) -> Hardware | None:
+    """`load`, but a damaged profile (or one for another device or driver, when given) warns and
+    returns None, so the caller falls back to the built-in description. Cached per file version."""
+    try:
+        stat = os.stat(path)
+    except OSError as error:
+        warnings.warn(f"jtblas: hardware profile {str(path)!r} cannot be read ({error}); "
+                      "using the built-in description", stacklevel=3)
+        return None
+    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size, device, driver)
+
+
+@functools.lru_cache(maxsize=64)
+def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver: str | None) -> Hardware | None:
+    del mtime_ns, size  # cache keys only: an edited file is read again
+    try:
+        profile = read(path)
+        hardware = to_hardware(profile, origin=path)
+        if device is not None and profile["device"].strip().lower() != device.strip().lower():
+            raise ProfileError(f"hardware profile {path!r} describes {profile['device']!r}, not {device!r}")
+        if driver is not None and profile["driver"] != driver:
+            raise ProfileError(f"hardware profile {path!r} was measured under driver {profile['driver']!r}, "
+                               f"not {driver!r}")
+        return hardware
+    except ProfileError as error:
+        warnings.warn(f"jtblas: ignoring {error}; using the built-in description", stacklevel=4)
+        return None
+
+
+def to_hardware(profile: dict[str, Any], *, origin: str) -> Hardware:
+    """Validates a profile dict and builds its `Hardware` (`origin` names it in errors and source)."""
+
+    def fail(field: str, message: str) -> ProfileError:
+        return ProfileError(f"hardware profile {origin!r}: field {field!r} {message}")
+
+    if not isinstance(profile, dict):
+        raise ProfileError(f"hardware profile {origin!r} must be a JSON object, got {type(profile).__name__}")
+    for field in ("schema", "device", "driver", "date", "base", "hardware"):
+        if field not in profile:
+            raise fail(field, "is missing")
+    schema = profile["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        raise fail("schema", f"must be an integer, got {schema!r}")
+    if schema != SCHEMA:
+        raise fail("schema", f"is {schema}, a schema this jtblas does not read (it reads {SCHEMA}); "
+                             "run `jtblas calibrate` again")
+    for field in ("device", "driver", "date", "base"):
+        if not isinstance(profile[field], str) or not profile[field].strip():
+            raise fail(field, f"must be a non-empty string, got {profile[field]!r}")
+    if profile["base"] not in BUILTIN:
+        raise fail("base", f"must name a built-in description {sorted(BUILTIN)}, got {profile['base']!r}")
+    base = BUILTIN[profile["base"]]
+
+    fields = profile["hardware"]
+    if not isinstance(fields, dict):
+        raise fail("hardware", f"must be an object, got {type(fields).__name__}")
+    changes: dict[str, Any] = {}
+    for key, value in fields.items():
+        name = f"hardware.{key}"
+        if key not in HARDWARE_FIELDS:
+            raise fail(name, f"is not a hardware field a profile may set ({sorted(HARDWARE_FIELDS)})")
+        if key in _INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise fail(name, f"must be an integer, got {value!r}")
+        elif key in _FLOAT_FIELDS:
+            value = _positive_number(value, lambda message, name=name: fail(name, message))
+        elif key in ("name", "full_name"):
+            if not isinstance(value, str) or not value.strip():
+                raise fail(name, f"must be a non-empty string, got {value!r}")
+        elif key == "wgmma":
+            if not isinstance(value, bool):
+                raise fail(name, f"must be true or false, got {value!r}")
+        elif key == "compute_capability":
+            if (not isinstance(value, (list, tuple)) or len(value) != 2
+                    or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
+                raise fail(name, f"must be [major, minor], got {value!r}")
+            value = (value[0], value[1])
+        elif key == "tensor_flops":
+            if not isinstance(value, dict):
+                raise fail(name, f"must be an object of dtype: FLOP/s, got {type(value).__name__}")
+            rates = dict(base.tensor_flops)
+            for dtype, rate in value.items():
+                rates[str(dtype)] = _positive_number(
+                    rate, lambda message, n=f"{name}.{dtype}": fail(n, message))
+            value = rates
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            raise fail(name, f"must be positive, got {value!r}")
+        changes[key] = value
+
+    constants = profile.get("constants", {})
+    if not isinstance(constants, dict):
+        raise fail("constants", f"must be an object, got {type(constants).__name__}")
+    from jtblas.model.cost import Constants  # here, not at import: cost imports hardware
+
+    known = {f.name for f in dataclasses.fields(Constants)}
+    checked = {}
+    for key, value in constants.items():
+        name = f"constants.{key}"
+        if key not in known:
+            raise fail(name, f"is not a model constant ({sorted(known)})")
+        checked[key] = _positive_number(value, lambda message, name=name: fail(name, message))
+    if checked:
+        changes["constants"] = checked
+    if "measured" in profile and not isinstance(profile["measured"], dict):
+        raise fail("measured", f"must be an object, got {type(profile['measured']).__name__}")
+
+    source = (f"profile {origin} ({profile['device']}, driver {profile['driver']}, "
+              f"measured {profile['date']}; base {base.name})")
+    try:
+        return dataclasses.replace(base, **changes, source=source)
+    except (ValueError, TypeError) as error:  # Hardware's own checks (e.g. smem_per_block ≤ smem_per_sm)
+        raise ProfileError(f"hardware profile {origin!r}: {error}") from None
+
+
+def _positive_number(value: Any, fail) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail(f"must be a number, got {value!r}")
+    if not value > 0 or value == float("inf"):
+        raise fail(f"must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+__all__ = ["SCHEMA", "HARDWARE_FIELDS", "ProfileError", "driver_version", "load", "load_or_none",
+           "make", "profile_dir", "profile_path", "read", "save", "to_hardware"]
