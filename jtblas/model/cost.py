@@ -28,7 +28,7 @@ the first kernel and read back by the reduction kernel, which adds a second laun
 
     predicted = launch + max(sm_seconds, memory_seconds) + reduction
     reduction = launch + latency + max(reduce_bytes / DRAM bandwidth,
-                                       reduce_bytes / (reduce programs' SMs · load port))
+                                       busiest SM's padded blocks' bytes / load port)
     reduce_bytes = s·M·N·4 + M·N·out_bytes
 
 Pure Python: no JAX, no Triton. The constants are in `Constants` with their sources; a calibrated
@@ -363,12 +363,16 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
                       constants: Constants = DEFAULT_CONSTANTS) -> float:
     """The split-K reduction kernel: a second launch, one memory latency, then its bytes (the
     split_k fp32 partials read, the output written) at DRAM bandwidth, or at the load ports of the
-    SMs its programs (REDUCTION_BLOCK elements each) occupy if there are few."""
+    SMs its programs (REDUCTION_BLOCK elements each) occupy if there are few: the busiest SM
+    streams ceil(programs / SMs) whole blocks (padded, like every tile here, so the time never
+    falls as M·N grows)."""
     elements = problem.m * problem.n
-    moved = elements * (split_k * PARTIAL_BYTES + problem.out_bytes)
-    sms = min(hardware.sm_count, -(-elements // REDUCTION_BLOCK))
+    bytes_per_element = split_k * PARTIAL_BYTES + problem.out_bytes
+    moved = elements * bytes_per_element
+    programs = -(-elements // REDUCTION_BLOCK)
+    busiest_sm_bytes = -(-programs // hardware.sm_count) * REDUCTION_BLOCK * bytes_per_element
     load_port = constants.load_bytes_per_clock * hardware.clock_hz
-    streaming = max(moved / hardware.dram_bytes_per_s, moved / (sms * load_port))
+    streaming = max(moved / hardware.dram_bytes_per_s, busiest_sm_bytes / load_port)
     return hardware.launch_seconds + constants.memory_latency_seconds + streaming
 
 
