@@ -83,6 +83,9 @@ class Problem:
       transpose_a: A is stored as [K, M] row-major (read through strides).
       transpose_b: B is stored as [N, K] row-major.
       input_precision: `"tf32"` or `"ieee"`; only changes fp32 operands.
+      lda, ldb: elements between consecutive stored rows of A (B), at least the stored row length
+        (K for A, M for a transposed A; N for B, K for a transposed B); 0 (the default) means
+        dense. Only a repacked problem (`jtblas.model.repack`) has padded rows.
     """
 
     m: int
@@ -93,6 +96,8 @@ class Problem:
     transpose_a: bool = False
     transpose_b: bool = False
     input_precision: str = "tf32"
+    lda: int = 0
+    ldb: int = 0
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -109,11 +114,26 @@ class Problem:
             raise ValueError(
                 f"Problem.input_precision must be one of {INPUT_PRECISIONS}, got {self.input_precision!r}"
             )
+        for name, dense in (("lda", self.m if self.transpose_a else self.k),
+                            ("ldb", self.k if self.transpose_b else self.n)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or (value and value < dense):
+                raise ValueError(f"Problem.{name} must be 0 (dense) or an int >= {dense}, got {value!r}")
 
     @property
     def layout(self) -> str:
         """Two letters, A's then B's: N stored as used, T stored transposed (BLAS convention)."""
         return ("T" if self.transpose_a else "N") + ("T" if self.transpose_b else "N")
+
+    @property
+    def a_row_stride(self) -> int:
+        """Elements between consecutive stored rows of A: `lda`, or the dense row length."""
+        return self.lda or (self.m if self.transpose_a else self.k)
+
+    @property
+    def b_row_stride(self) -> int:
+        """Elements between consecutive stored rows of B: `ldb`, or the dense row length."""
+        return self.ldb or (self.k if self.transpose_b else self.n)
 
     @property
     def operand_bytes(self) -> int:
@@ -132,4 +152,5 @@ class Problem:
 
     def short(self) -> str:
         """A compact one-line name, e.g. `4096x4096x4096 bfloat16 NN`."""
-        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"
+        padded = "".join(f" {name}={value}" for name, value in (("lda", self.lda), ("ldb", self.ldb)) if value)
+        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}"

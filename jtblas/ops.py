@@ -1,11 +1,15 @@
 """`jtblas.matmul`: argument checks, leading-dim folding, layouts as strides, config choice.
 
 Precedence of the configuration: an explicit `config=` is used as given (after checking it fits
-the GPU); otherwise the analytical model picks one at trace time (`jtblas.select`).
+the GPU), on the caller's operands; otherwise the analytical model plans the product at trace
+time (`jtblas.model.plan_for_problem`): a config, and whether misaligned operands are first copied
+into zero-padded buffers (repacking; C is always written in the caller's shape).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 from typing import Any, NamedTuple
@@ -19,13 +23,31 @@ from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.reduce import sum_splits_kernel
-from jtblas.model import resources
+from jtblas.model import repack, resources
 
 _INDEX_32_LIMIT = 2**31
 # The split-K reduction: 1024 fp32 elements per program with 4 warps is 8 per thread, two 16-byte
 # loads of each partial: a streaming kernel, bound by DRAM, with no reason to tune it per shape.
 SUM_SPLITS_BLOCK = 1024
 SUM_SPLITS_WARPS = 4
+# Overrides the model's repacking decision while tracing (`repack_mode`): tests and experiments.
+_REPACK_MODE: contextvars.ContextVar[str] = contextvars.ContextVar("jtblas_repack_mode", default="auto")
+
+
+@contextlib.contextmanager
+def repack_mode(mode: str):
+    """Within the block, products traced by `matmul` (their backward GEMMs included) repack as
+    `mode` says: "auto" (the model decides; the default), "always" (A and B are copied with K and
+    both leading dimensions padded to multiples of 64, also with an explicit `config=`, which then
+    runs on the padded problem), or "never". For tests and experiments; the mode is read at trace
+    time, so a function jitted before the block keeps its traced decision."""
+    if mode not in repack.REPACK_MODES:
+        raise ValueError(f"jtblas: repack mode must be one of {repack.REPACK_MODES}, got {mode!r}")
+    token = _REPACK_MODE.set(mode)
+    try:
+        yield
+    finally:
+        _REPACK_MODE.reset(token)
 
 
 def matmul(
@@ -45,11 +67,12 @@ def matmul(
         `transpose_a`, `a` must be 2-D.
       b: [K, N] (or [N, K] with `transpose_b`).
       transpose_a, transpose_b: the operand is stored transposed; it is read through strides,
-        never copied.
+        never transposed (see Repacking for the one copy the model may make).
       precision: `jax.lax.Precision` (or a pair, or a string) for fp32 operands: DEFAULT/HIGH/None
         use tf32 tensor cores, HIGHEST uses full fp32. Ignored for fp16/bf16.
       preferred_element_type: output dtype; default the operands' dtype.
-      config: a `jtblas.Config` to force; None asks the model.
+      config: a `jtblas.Config` to force, run on the caller's operands (never repacked); None
+        asks the model.
 
     Returns:
       [..., M, N] in `preferred_element_type`, named `"jtblas_matmul"` for `jax.checkpoint`
@@ -61,6 +84,13 @@ def matmul(
     cotangent g is cast to the operands' dtype first and the gradients come back in the operands'
     dtypes. `vmap` launches the kernel's batch grid axis (or folds a batched `a` into M).
     Forward-mode (`jvp`, `jacfwd`) is not supported.
+
+    Repacking: where an operand's rows or K are misaligned (narrow vector loads), the model may
+    copy A and/or B into zero-padded buffers (K and the leading dimension rounded up to 64) and run
+    the kernel on the aligned problem, when the predicted kernel time plus the copies beats the
+    plain kernel (`jtblas.explain` says which and why). C is written directly in the caller's
+    shape. Extra memory: at most the padded copies of A and B, ⌈rows⌉·⌈cols⌉ elements each with
+    the padded axes rounded up to 64 (per batch entry), freed after the product.
     """
     problem, shape = make_problem(
         a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
@@ -77,6 +107,7 @@ def matmul(
     static = _Static(
         transpose_a=problem.transpose_a, transpose_b=problem.transpose_b,
         input_precision=problem.input_precision, out_dtype=problem.out_dtype, config=config,
+        repack=_REPACK_MODE.get(),
     )
     if _forward_mode(a, b):
         raise TypeError(_NO_FORWARD_MODE)
@@ -116,6 +147,7 @@ class _Static(NamedTuple):
     input_precision: str
     out_dtype: str
     config: Config | None  # None: the model picks, per launch
+    repack: str = "auto"  # repack_mode's override, read when `matmul` was traced
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -226,14 +258,29 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     )
     config = static.config
     if config is None:
-        from jtblas.model import select_for_problem  # the model is imported when first needed
-
-        config = select_for_problem(problem, hardware.detect())
+        plan = repack.plan_for_problem(problem, hardware.detect(), static.repack)
+        problem, config = plan.kernel_problem, plan.config
     else:  # checked at the boundary already, but batching may have folded more rows into M
         check_config(config, problem)
+        if static.repack == "always":
+            problem = repack.padded_problem(problem, pad_a=True, pad_b=True,
+                                            pad_k=problem.k % repack.PAD_MULTIPLE != 0)
+            check_config(config, problem)
+    # Repacking: copy A and/or B into zero-padded buffers [batch, rows, row stride] (at most the
+    # padded operand sizes; K's zeros leave the fp32 sums unchanged). C keeps the caller's shape.
+    a = _pad_to(a, repack.stored_shape(problem, "a"))
+    b = _pad_to(b, repack.stored_shape(problem, "b"))
     # Batch stride 0 broadcasts an operand that is not batched.
-    strides = (m * k if batch_a > 1 else 0, k * n if batch_b > 1 else 0, m * n)
+    strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0, m * n)
     return _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides)
+
+
+def _pad_to(x: jax.Array, shape: tuple[int, int]) -> jax.Array:
+    """x [B, r, c] zero-padded at the end of its last two axes to [B, *shape] (x if equal)."""
+    rows, cols = x.shape[1:]
+    if (rows, cols) == shape:
+        return x
+    return jnp.pad(x, ((0, 0), (0, shape[0] - rows), (0, shape[1] - cols)))
 
 
 class LaunchSpec(NamedTuple):
@@ -252,9 +299,10 @@ class LaunchSpec(NamedTuple):
 def launch_spec(
     problem: Problem, config: Config, *, batch: int = 1, batch_strides: tuple[int, int, int] = (0, 0, 0)
 ) -> LaunchSpec:
-    """Grid, scalar arguments and meta-parameters of `matmul_kernel` for dense row-major operands
-    (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], C [M, N]); shared by `matmul` and the
-    benchmark, which launches the same kernel on torch tensors.
+    """Grid, scalar arguments and meta-parameters of `matmul_kernel` for row-major operands
+    (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], each row `problem.lda`/`ldb` elements
+    apart, dense by default; C [M, N] dense); shared by `matmul` and the benchmark, which launches
+    the same kernel on torch tensors.
 
     With `config.split_k` > 1 the grid gains a third axis (the split) and the kernel's output is
     not C but an fp32 workspace [split_k, batch, M, N] of partial sums (its batch stride is M·N
@@ -262,10 +310,13 @@ def launch_spec(
     """
     m, n, k = problem.m, problem.n, problem.k
     split = config.split_k
-    stride_am, stride_ak = (1, m) if problem.transpose_a else (k, 1)
-    stride_bk, stride_bn = (1, k) if problem.transpose_b else (n, 1)
+    lda, ldb = problem.a_row_stride, problem.b_row_stride
+    stride_am, stride_ak = (1, lda) if problem.transpose_a else (lda, 1)
+    stride_bk, stride_bn = (1, ldb) if problem.transpose_b else (ldb, 1)
     tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
-    biggest = max(m * k, k * n, m * n * split) * batch
+    a_stored = (k if problem.transpose_a else m) * lda
+    b_stored = (n if problem.transpose_b else k) * ldb
+    biggest = max(a_stored, b_stored, m * n * split) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
     sizes_and_strides = dict(
         M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,

@@ -72,11 +72,13 @@ def select(
       hardware: "h200", "h100", "a100", a `jtblas.hardware.Hardware`, or None to detect the GPU.
 
     Returns:
-      The fastest predicted `Config` among `candidates(...)`; the same every time (cached).
+      The fastest predicted `Config` among `candidates(...)`, or, where the model repacks
+      misaligned operands into padded copies (`explain` says so), the kernel's config for the
+      padded problem; the same every time (cached).
     """
     problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
                            transpose_b=transpose_b, precision=precision)
-    return model.select_for_problem(problem, hardware_lib.get(hardware))
+    return model.plan_for_problem(problem, hardware_lib.get(hardware)).config
 
 
 def candidates(
@@ -85,7 +87,9 @@ def candidates(
     hardware: str | hardware_lib.Hardware | None = None,
 ) -> list[Config]:
     """The whole search space the model ranks for this problem, in a fixed order (arguments as
-    for `select`); the exhaustive-search oracle times exactly this list."""
+    for `select`); the exhaustive-search oracle times exactly this list. These are the configs of
+    the operands as given: a repacked problem's configs are ranked on the padded problem
+    (`explain(...).plan`)."""
     problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
                            transpose_b=transpose_b, precision=precision)
     return model.candidates_for_problem(problem, hardware_lib.get(hardware))
@@ -98,7 +102,8 @@ def explain(
 ) -> model.Explanation:
     """Every candidate ranked by predicted time with its terms (arguments as for `select`).
 
-    `str(result)` or `result.format(top=k)` prints the top-k table and why the winner won;
+    `str(result)` or `result.format(top=k)` prints the top-k table and why the winner won, and
+    whether the operands are repacked (`result.plan`: both predicted times);
     `result.ranked[0].config == select(...)`.
     """
     problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,

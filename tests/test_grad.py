@@ -162,13 +162,13 @@ def test_backward_reads_transposes_through_strides_with_model_configs(rng, monke
     """A forced forward config does not leak into the backward: the model is asked for dx and dw,
     whose problems carry transpose flags (no transposed copy appears in the jaxpr)."""
     asked = []
-    select = jtblas.model.select_for_problem
+    plan = jtblas.model.repack.plan_for_problem
 
-    def recording(problem, hardware):
+    def recording(problem, hardware, mode="auto"):
         asked.append(problem)
-        return select(problem, hardware)
+        return plan(problem, hardware, mode)
 
-    monkeypatch.setattr(jtblas.model, "select_for_problem", recording)
+    monkeypatch.setattr(jtblas.model.repack, "plan_for_problem", recording)
     forced = jtblas.Config(block_m=32, block_n=32, block_k=32, group_m=1, num_warps=4, num_stages=2)
     a = jnp.asarray(rng.standard_normal((21, 30)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((30, 18)), jnp.float32)

@@ -2,22 +2,26 @@
 
 Modules, one job each: `resources` (shared memory, registers, occupancy, instruction layout),
 `candidates` (the search space and its feasibility rules), `cost` (the equations, in one place),
-`select` (argmin, cache, explanation). Pure Python: imports neither JAX nor Triton and queries no
-device, so it runs and is tested on any machine with any hardware description.
+`select` (argmin, cache, explanation), `repack` (whether copying misaligned operands into padded
+buffers pays). Pure Python: imports neither JAX nor Triton and queries no device, so it runs and
+is tested on any machine with any hardware description.
 """
 
 from jtblas.model.candidates import candidates_for_problem, rejection_reasons
 from jtblas.model.cost import Constants, Estimate, estimate
+from jtblas.model.repack import Plan, plan_for_problem
 from jtblas.model.select import Explanation, clear_cache, explain_problem, select_for_problem
 
 __all__ = [
     "Constants",
     "Estimate",
     "Explanation",
+    "Plan",
     "candidates_for_problem",
     "clear_cache",
     "estimate",
     "explain_problem",
+    "plan_for_problem",
     "rejection_reasons",
     "select_for_problem",
 ]

@@ -207,15 +207,15 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     """Width (bytes) of one load of `operand` ("a" or "b"), at most `full_vector_bytes`.
 
     A row-major operand is contiguous along its last axis; its rows start at multiples of the row
-    stride, so loads are as wide as the largest power of two dividing stride·bytes. When the
-    contiguous axis is K and K is not a multiple of block_k, the masked K loop (EVEN_K false) loads
-    no wider than the largest power of two dividing K·bytes.
+    stride (`Problem.lda`/`ldb`, dense by default), so loads are as wide as the largest power of
+    two dividing stride·bytes. When the contiguous axis is K and K is not a multiple of block_k,
+    the masked K loop (EVEN_K false) loads no wider than the largest power of two dividing K·bytes.
     """
     element = problem.operand_bytes
     if operand == "a":
-        stride, k_contiguous = (problem.m, False) if problem.transpose_a else (problem.k, True)
+        stride, k_contiguous = problem.a_row_stride, not problem.transpose_a
     else:
-        stride, k_contiguous = (problem.k, True) if problem.transpose_b else (problem.n, False)
+        stride, k_contiguous = problem.b_row_stride, problem.transpose_b
     stride_bytes = stride * element
     width = min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
     if k_contiguous and problem.k % config.block_k:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 from jtblas.config import Config, Problem
 from jtblas.hardware import Hardware
@@ -43,7 +44,8 @@ def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def select_for_problem(problem: Problem, hardware: Hardware) -> Config:
-    """The model's configuration for `problem` on `hardware`: the fastest predicted candidate.
+    """The model's configuration for `problem` on `hardware`: the fastest predicted candidate on
+    the operands as they are (`repack.plan_for_problem` decides whether padded copies run faster).
 
     Cached per (problem, hardware); `clear_cache()` empties it.
     """
@@ -51,8 +53,11 @@ def select_for_problem(problem: Problem, hardware: Hardware) -> Config:
 
 
 def clear_cache() -> None:
-    """Forgets every cached selection."""
+    """Forgets every cached selection and repacking plan."""
+    from jtblas.model import repack  # repack builds on this module
+
     select_for_problem.cache_clear()
+    repack.clear_cache()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +67,16 @@ class Explanation:
     Attributes:
       problem: the problem ranked.
       hardware: the GPU description used.
-      ranked: one `cost.Estimate` per candidate, fastest first; `ranked[0]` is the selection.
+      ranked: one `cost.Estimate` per candidate of the problem the kernel runs (the padded one
+        when the plan repacks; copies not included), fastest first; `ranked[0]` is the selection.
+      plan: the `repack.Plan` (whether misaligned operands are copied into padded buffers, with
+        the plain and repacked predicted times), or None.
     """
 
     problem: Problem
     hardware: Hardware
     ranked: list[cost.Estimate]
+    plan: Any = None
 
     @property
     def winner(self) -> cost.Estimate:
@@ -98,6 +107,8 @@ class Explanation:
         if win.padding_waste > 0.005:
             text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
         text += "." + self._split_words()
+        if self.plan is not None and self.plan.reason:
+            text += f" Repacking: {self.plan.reason}."  # times above are the kernel's, copies apart
         shape = (c.block_m, c.block_n, c.block_k)
         other = next(
             (e for e in self.ranked[1:]
@@ -136,8 +147,10 @@ class Explanation:
 
     def format(self, top: int = 10) -> str:
         """The top-`top` candidates as a table (times in µs), then `why()`."""
+        kernel = self.plan.kernel_problem if self.plan is not None else self.problem
+        runs = f" (repacked: the kernel runs {kernel.short()})" if kernel != self.problem else ""
         header = (
-            f"{self.problem.short()} on {self.hardware.name} ({self.hardware.full_name}): "
+            f"{self.problem.short()} on {self.hardware.name} ({self.hardware.full_name}){runs}: "
             f"{len(self.ranked)} candidates\n"
             f"hardware: {self.hardware.source}\n"
         )
@@ -164,8 +177,12 @@ class Explanation:
 
 
 def explain_problem(problem: Problem, hardware: Hardware) -> Explanation:
-    """Every candidate ranked with its terms; `ranked[0]` equals `select_for_problem`'s pick."""
-    return Explanation(problem=problem, hardware=hardware, ranked=rank(problem, hardware))
+    """Every candidate of the planned kernel problem ranked with its terms, and the repacking plan;
+    `ranked[0].config` is the plan's config (`select_for_problem`'s pick when it does not repack)."""
+    from jtblas.model import repack  # repack builds on this module
+
+    plan = repack.plan_for_problem(problem, hardware)
+    return Explanation(problem=problem, hardware=hardware, ranked=rank(plan.kernel_problem, hardware), plan=plan)
 
 
 def _us(seconds: float) -> str:

@@ -1,0 +1,198 @@
+"""Repacking: copy misaligned operands into padded buffers when the faster kernel pays for the copy.
+
+A row-major operand whose rows do not start on 16-byte boundaries, or whose contiguous axis is
+a K that the masked K tail cuts at a misaligned offset, is read with narrow loads
+(`cost.vector_bytes`): on the H200 odd sizes ran the plain kernel at 82-122 TFLOP/s, and the same
+kernel on zero-padded copies at 580-700 (issue 7). `plan_for_problem` weighs the two:
+
+    plain    = best predicted time over candidates(problem)
+    repacked = best predicted time over candidates(padded problem) + Σ copies
+    copy     = (stored bytes read + padded bytes written) / DRAM bandwidth + one launch
+
+and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. The padded problem keeps the
+caller's M and N (the kernel masks its M/N edges, and C is written in the caller's shape: no C
+copy); only A and B are copied, each with the padded axes rounded up to PAD_MULTIPLE elements:
+K (zero-filled, so the product is unchanged) and the leading dimension (the padded rows'
+tails are zero too, never read by the kernel). K is shared, so padding K copies both operands.
+
+Aligned problems (every operand loaded at full width by the best plain config) are planned
+without ranking anything else: their `Plan` is the plain selection, and `candidates()` and the
+`Config`s are exactly those of a model without repacking.
+
+Pure Python: no JAX, no Triton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from jtblas.config import Config, Problem
+from jtblas.hardware import Hardware
+from jtblas.model import cost
+from jtblas.model.select import CACHE_SIZE, rank
+
+# Padded axes (K and the leading dimensions of copied operands) are rounded up to 64 elements:
+# the recipe measured on the H200 (issue 7: 580-700 TFLOP/s), rows starting on 128-byte L2 lines
+# for 16-bit dtypes (256 bytes for fp32), and K a multiple of every block_k up to 64, so the
+# kernel's K loop has no tail mask (EVEN_K) for the block_k the model picks on Hopper. The memory
+# cost is at most 63 elements per padded axis.
+PAD_MULTIPLE = 64
+# Repack only for a predicted gain of at least 5%: the copies allocate memory, and the copy cost
+# is a bandwidth estimate not yet calibrated against measurement; a smaller predicted gain is
+# within the model's ranking error (docs/model.md, "How well it ranks").
+REPACK_MIN_GAIN = 0.05
+# How a repack decision can be overridden (tests and experiments only, never the default):
+# "auto" lets the model decide, "always" pads every axis it can (K and both leading dimensions),
+# "never" keeps the plain kernel.
+REPACK_MODES = ("auto", "always", "never")
+
+
+def round_up(value: int, multiple: int = PAD_MULTIPLE) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """How one product runs: the kernel problem and config, and which operands are copied first.
+
+    Attributes:
+      problem: the caller's problem (dense operands).
+      kernel_problem: the problem the kernel runs: `problem`, or with K padded (`k`) and/or padded
+        leading dimensions (`lda`, `ldb`) when repacking. M and N are always the caller's.
+      config: the kernel's config for `kernel_problem` (what `jtblas.select` returns).
+      pad_a, pad_b: A (B) is copied into a zero-padded [rows, lda] buffer before the launch.
+      predicted_seconds: the kernel's predicted time plus `copy_seconds`.
+      plain_config, plain_seconds: the best config and predicted time without repacking.
+      copy_seconds: the predicted time of the copies (0 without repacking).
+      reason: one sentence on why it repacks or not.
+    """
+
+    problem: Problem
+    kernel_problem: Problem
+    config: Config
+    pad_a: bool = False
+    pad_b: bool = False
+    predicted_seconds: float
+    plain_config: Config
+    plain_seconds: float
+    copy_seconds: float = 0.0
+    reason: str = ""
+
+    @property
+    def repacks(self) -> bool:
+        return self.pad_a or self.pad_b
+
+    def stored_shape(self, operand: str, *, padded: bool) -> tuple[int, int]:
+        """(rows, row stride) of A or B as stored: the caller's, or the padded copy's."""
+        return stored_shape(self.kernel_problem if padded else self.problem, operand)
+
+
+def stored_shape(problem: Problem, operand: str) -> tuple[int, int]:
+    """(rows, elements per row including padding) of operand "a" or "b" as stored row-major."""
+    if operand == "a":
+        return (problem.k if problem.transpose_a else problem.m), problem.a_row_stride
+    return (problem.n if problem.transpose_b else problem.k), problem.b_row_stride
+
+
+def misaligned(problem: Problem, config: Config, hardware: Hardware) -> tuple[bool, bool]:
+    """Whether `config` loads A (B) with vectors narrower than full width (`cost.vector_bytes`)."""
+    constants = hardware.model_constants()
+    full = constants.full_vector_bytes
+    return tuple(cost.vector_bytes(problem, config, operand, constants) < full for operand in ("a", "b"))
+
+
+def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool) -> Problem:
+    """The kernel problem after copying A and/or B with their padded axes rounded up to
+    PAD_MULTIPLE (K, zero-filled, only if `pad_k`, which needs both operands copied)."""
+    if pad_k and not (pad_a and pad_b):
+        raise ValueError("padding K copies both operands")
+    k = round_up(problem.k) if pad_k else problem.k
+    lda = round_up(problem.m if problem.transpose_a else k) if pad_a else 0
+    ldb = round_up(k if problem.transpose_b else problem.n) if pad_b else 0
+    kernel = dataclasses.replace(problem, k=k, lda=0, ldb=0)
+    # A leading dimension equal to the dense row length is stored as 0 (dense), so one padded
+    # problem has one representation.
+    return dataclasses.replace(
+        kernel, lda=0 if lda == kernel.a_row_stride else lda, ldb=0 if ldb == kernel.b_row_stride else ldb
+    )
+
+
+def copy_seconds(problem: Problem, kernel_problem: Problem, operand: str, hardware: Hardware) -> float:
+    """Predicted time of one operand's copy: a streaming kernel that reads the caller's operand
+    and writes the padded buffer at DRAM bandwidth, plus its launch."""
+    rows, cols = stored_shape(problem, operand)
+    rows_p, cols_p = stored_shape(kernel_problem, operand)
+    moved = (rows * cols + rows_p * cols_p) * problem.operand_bytes
+    return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
+
+
+def _options(problem: Problem, narrow: tuple[bool, bool], mode: str) -> list[tuple[bool, bool, bool]]:
+    """(pad_a, pad_b, pad_k) repack options worth ranking. K whose bytes are not a multiple of 16
+    is padded (both operands copied); otherwise each narrow operand may be copied alone, or both."""
+    if mode == "always":
+        return [(True, True, problem.k % PAD_MULTIPLE != 0)]
+    if mode == "never" or not any(narrow):
+        return []
+    if problem.k * problem.operand_bytes % 16:
+        return [(True, True, True)]
+    singles = [(a, b, False) for a, b in ((True, False), (False, True)) if narrow[0 if a else 1]]
+    return singles + ([(True, True, False)] if len(singles) == 2 else [])
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -> Plan:
+    """The model's plan for `problem` on `hardware`: the plain selection, or a repacked one when
+    its predicted time with the copies beats the plain one by REPACK_MIN_GAIN (see module doc).
+
+    `mode` ("auto", "always", "never") overrides the decision; anything but "auto" is for tests.
+    Cached per (problem, hardware, mode).
+    """
+    if mode not in REPACK_MODES:
+        raise ValueError(f"jtblas: repack mode must be one of {REPACK_MODES}, got {mode!r}")
+    plain = rank(problem, hardware)[0]
+    narrow = misaligned(problem, plain.config, hardware)
+    best = Plan(problem=problem, kernel_problem=problem, config=plain.config,
+                predicted_seconds=plain.predicted_seconds, plain_config=plain.config,
+                plain_seconds=plain.predicted_seconds)
+    options = _options(problem, narrow, mode)
+    if not options:
+        reason = ("operands load at full vector width: nothing to repack" if not any(narrow)
+                  else "repacking turned off")
+        return dataclasses.replace(best, reason=reason)
+    candidates = []
+    for pad_a, pad_b, pad_k in options:
+        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k)
+        win = rank(kernel, hardware)[0]
+        copies = sum(copy_seconds(problem, kernel, operand, hardware)
+                     for operand, padded in (("a", pad_a), ("b", pad_b)) if padded)
+        candidates.append(dataclasses.replace(
+            best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b,
+            predicted_seconds=win.predicted_seconds + copies, copy_seconds=copies,
+        ))
+    repacked = min(candidates, key=lambda p: p.predicted_seconds)
+    which = " and ".join(name for name, padded in (("A", repacked.pad_a), ("B", repacked.pad_b)) if padded)
+    words = (f"{_narrow_words(narrow)}; copying {which} to run {repacked.kernel_problem.short()} predicts "
+             f"{_us(repacked.predicted_seconds)} ({_us(repacked.predicted_seconds - repacked.copy_seconds)} "
+             f"kernel + {_us(repacked.copy_seconds)} copies) against {_us(plain.predicted_seconds)} plain "
+             f"({plain.config.short()})")
+    if mode == "always":
+        return dataclasses.replace(repacked, reason=f"{words}: repacking forced")
+    if repacked.predicted_seconds < (1 - REPACK_MIN_GAIN) * plain.predicted_seconds:
+        return dataclasses.replace(repacked, reason=f"{words}: it repacks")
+    return dataclasses.replace(
+        best, reason=f"{words}: no repacking (it needs a {100 * REPACK_MIN_GAIN:.0f}% predicted gain)"
+    )
+
+
+def _narrow_words(narrow: tuple[bool, bool]) -> str:
+    which = " and ".join(name for name, flag in (("A", narrow[0]), ("B", narrow[1])) if flag)
+    return f"{which} load{'s' if which in ('A', 'B') else ''} with narrow vectors (misaligned rows or K tail)"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.2f} µs"
+
+
+def clear_cache() -> None:
+    plan_for_problem.cache_clear()

@@ -1,0 +1,210 @@
+"""Repacking (issue 7): misaligned operands copied into zero-padded buffers before the kernel.
+
+Correctness with repacking forced on (odd M, N, K; every layout and dtype) against float64; bit
+identity with the plain kernel under the same config; batches, vmap and gradients; the model's
+decisions on the H200 description; candidates of aligned shapes unchanged; CUDA lowering.
+"""
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jtblas
+from jtblas import hardware, launch, ops
+from jtblas.config import Problem
+from jtblas.model import repack
+from tests.reference import DTYPES, random_operands, relative_error, tolerance
+
+LAYOUTS = list(itertools.product([False, True], repeat=2))
+LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
+# Odd sizes: 1, 2, 3, 7, 197 and primes, each of M, N and K in turn.
+SHAPES = [(1, 2, 3), (7, 3, 197), (197, 7, 2), (13, 61, 37)]
+CONFIG = jtblas.Config(block_m=32, block_n=32, block_k=32, group_m=1, num_warps=4, num_stages=2)
+
+
+def product(transpose_a=False, transpose_b=False, config=CONFIG, **kw):
+    def run(x, y):
+        return jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config, **kw)
+
+    return run
+
+
+def forced(fn, mode="always"):
+    """fn traced (and run) inside `repack_mode(mode)`."""
+    def run(*args):
+        with ops.repack_mode(mode):
+            return jax.jit(fn)(*args)
+
+    return run
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_forced_repack_matches_float64(m, n, k, transpose_a, transpose_b, dtype, rng):
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    out = forced(product(transpose_a, transpose_b))(a, b)
+    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
+    assert relative_error(out, reference) < tolerance(dtype, dtype)
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+def test_forced_repack_really_pads(transpose_a, transpose_b):
+    """The repacked trace pads both operands (so the tests above cannot pass on a plain run)."""
+    a = jnp.zeros((37, 13) if transpose_a else (13, 37), jnp.bfloat16)
+    b = jnp.zeros((61, 37) if transpose_b else (37, 61), jnp.bfloat16)
+    with ops.repack_mode("always"):
+        text = str(jax.make_jaxpr(product(transpose_a, transpose_b))(a, b))
+    assert text.count("pad[") == 2
+    assert "pad[" not in str(jax.make_jaxpr(product(transpose_a, transpose_b))(a, b))
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [("float32", "float32"), ("bfloat16", "float32"), ("float16", "float16")])
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+def test_same_config_bit_identical_with_and_without_repacking(transpose_a, transpose_b, dtype, out_dtype, rng):
+    """The padded K columns are zeros: each fp32 partial sum gains exact zeros, so the bits agree."""
+    a, b, _ = random_operands(rng, 45, 71, 83, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    fn = product(transpose_a, transpose_b, preferred_element_type=DTYPES[out_dtype])
+    plain = forced(fn, "never")(a, b)
+    repacked = forced(fn, "always")(a, b)
+    np.testing.assert_array_equal(np.asarray(repacked), np.asarray(plain))
+
+
+def test_model_chosen_config_under_forced_repack(rng):
+    """config=None: the model plans the padded problem (`plan_for_problem(..., "always")`)."""
+    a, b, reference = random_operands(rng, 67, 29, 101, "float16", transpose_b=True)
+    out = forced(product(transpose_b=True, config=None))(a, b)
+    assert relative_error(out, reference) < tolerance("float16", "float16")
+
+
+def test_batched_and_vmapped_repack(rng):
+    """A batch folded into M, a vmapped b (batch grid axis with padded batch strides), both."""
+    a = jnp.asarray(rng.standard_normal((3, 5, 7, 19)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((4, 19, 11)), jnp.float32)
+    hi = jax.lax.Precision.HIGHEST
+    fn = product(config=None, precision=hi)
+    expected_fold = np.einsum("abmk,kn->abmn", np.asarray(a, np.float64), np.asarray(b[0], np.float64))
+    np.testing.assert_allclose(forced(fn)(a, b[0]), expected_fold, rtol=1e-5, atol=1e-5)
+    vmapped = forced(jax.vmap(fn, in_axes=(None, 0)))(a[0, 0], b)
+    expected = np.einsum("mk,bkn->bmn", np.asarray(a[0, 0], np.float64), np.asarray(b, np.float64))
+    np.testing.assert_allclose(vmapped, expected, rtol=1e-5, atol=1e-5)
+    both = forced(jax.vmap(fn))(a[0, :4], b)
+    expected = np.einsum("bmk,bkn->bmn", np.asarray(a[0, :4], np.float64), np.asarray(b, np.float64))
+    np.testing.assert_allclose(both, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, True)], ids=["NN", "TT"])
+def test_grad_through_repacked_product(transpose_a, transpose_b, rng):
+    """The backward GEMMs are planned (and here forced to repack) on their own."""
+    a, b, _ = random_operands(rng, 9, 13, 11, "float32", transpose_a=transpose_a, transpose_b=transpose_b)
+    hi = jax.lax.Precision.HIGHEST
+
+    def loss(x, y, matmul):
+        return jnp.sum(jnp.sin(matmul(x, y)))
+
+    def ours(x, y):
+        return jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, precision=hi)
+
+    def reference(x, y):
+        x = x.T if transpose_a else x
+        y = y.T if transpose_b else y
+        return jnp.dot(x, y, precision=hi)
+
+    with ops.repack_mode("always"):
+        grads = jax.jit(jax.grad(lambda x, y: loss(x, y, ours), argnums=(0, 1)))(a, b)
+        text = str(jax.make_jaxpr(jax.grad(lambda x, y: loss(x, y, ours), argnums=(0, 1)))(a, b))
+    assert text.count("pad[") == 6  # two operands for each of the three GEMMs
+    expected = jax.grad(lambda x, y: loss(x, y, reference), argnums=(0, 1))(a, b)
+    for got, want in zip(grads, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# The model's decision (pure Python, on the H200 description)
+# ------------------------------------------------------------------------------------------------
+
+
+def plan(m, n, k, layout="NN", gpu="h200", mode="auto"):
+    problem = Problem(m=m, n=n, k=k, transpose_a=layout[0] == "T", transpose_b=layout[1] == "T")
+    return repack.plan_for_problem(problem, hardware.get(gpu), mode)
+
+
+def test_model_repacks_odd_shape_on_h200():
+    p = plan(1500, 4501, 3399)
+    assert p.repacks and p.pad_a and p.pad_b
+    # K zero-padded to a multiple of 64; B's rows (N = 4501) padded to 4544; C stays 1500x4501.
+    assert (p.kernel_problem.m, p.kernel_problem.n, p.kernel_problem.k) == (1500, 4501, 3456)
+    assert (p.kernel_problem.lda, p.kernel_problem.ldb) == (0, 4544)
+    assert p.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * p.plain_seconds
+    assert jtblas.select(1500, 4501, 3399, hardware="h200") == p.config
+    assert p.plain_config == jtblas.model.select_for_problem(p.problem, hardware.H200)
+
+
+def test_model_does_not_repack_aligned_shapes():
+    for m, n, k in [(4096, 4096, 4096), (50257, 4096, 4096), (197, 768, 3072)]:
+        p = plan(m, n, k)
+        assert not p.repacks and p.kernel_problem == p.problem and p.copy_seconds == 0
+        assert p.config == p.plain_config == jtblas.select(m, n, k, hardware="h200")
+
+
+def test_aligned_candidates_unchanged():
+    """The benchmark caches exhaustive searches by a hash of candidates(): 4096³ keeps its list."""
+    from jtblas.bench.oracle import candidates_hash
+
+    space = jtblas.candidates(4096, 4096, 4096, dtype="bf16", hardware="h200")
+    assert len(space) == 191 and candidates_hash(space) == "d264f44d8e4c"  # as before repacking
+    assert [f.name for f in dataclasses.fields(jtblas.Config)] == [
+        "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k"]
+    assert repr(jtblas.Config()) == ("Config(block_m=128, block_n=128, block_k=64, group_m=8, "
+                                     "num_warps=8, num_stages=3, split_k=1)")
+
+
+def test_copy_cost_and_padded_sizes():
+    hw = hardware.H200
+    problem = Problem(m=1500, n=4501, k=3399)
+    kernel = repack.padded_problem(problem, pad_a=True, pad_b=True, pad_k=True)
+    assert repack.stored_shape(kernel, "a") == (1500, 3456) and repack.stored_shape(kernel, "b") == (3456, 4544)
+    copy_a = repack.copy_seconds(problem, kernel, "a", hw)
+    assert copy_a == pytest.approx((1500 * 3399 + 1500 * 3456) * 2 / hw.dram_bytes_per_s + hw.launch_seconds)
+    transposed = repack.padded_problem(Problem(m=197, n=768, k=3072, transpose_a=True), pad_a=True, pad_b=False,
+                                       pad_k=False)
+    assert transposed.lda == 256 and transposed.k == 3072 and transposed.a_row_stride == 256
+    with pytest.raises(ValueError, match="both operands"):
+        repack.padded_problem(problem, pad_a=True, pad_b=False, pad_k=True)
+    with pytest.raises(ValueError, match="lda"):
+        Problem(m=4, n=4, k=8, lda=7)
+
+
+def test_explain_gives_both_times():
+    result = jtblas.explain(1500, 4501, 3399, hardware="h200")
+    assert result.plan.repacks and result.config == jtblas.select(1500, 4501, 3399, hardware="h200")
+    text = result.format(top=3)
+    assert "repacked: the kernel runs 1500x4501x3456" in text and "it repacks" in text
+    assert f"{result.plan.plain_seconds * 1e6:.2f} µs plain" in text
+    assert f"{result.plan.predicted_seconds * 1e6:.2f} µs" in text
+    assert "nothing to repack" in jtblas.explain(4096, 4096, 4096, hardware="h200").why()
+
+
+def test_vocab_projection_pads_only_the_weight():
+    """N = 50257 (a vocabulary) with aligned K: only B, whose rows are N long, is copied."""
+    p = plan(4096, 50257, 4096)
+    assert p.repacks and p.pad_b and not p.pad_a and p.kernel_problem.k == 4096
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA lowering (jax-triton's real compiler, sm_90, no GPU)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_repacked_product_compiles_for_sm90(monkeypatch):
+    pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
+    monkeypatch.setenv(hardware.ENV_VAR, "h200")  # the model plans for the H200: it repacks
+    a = jax.ShapeDtypeStruct((1500, 3399), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((3399, 4501), jnp.bfloat16)
+    with launch.forced_backend("cuda", compute_capability=90):
+        text = jax.jit(lambda x, y: jtblas.matmul(x, y)).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    assert "triton_kernel_call" in text and text.count("stablehlo.pad") == 2
