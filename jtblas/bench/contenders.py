@@ -260,6 +260,56 @@ def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Cal
     return launch_split
 
 
+def repack_plan(problem: Problem):
+    """The model's `jtblas.model.Plan` for `problem` when it repacks operands, else None."""
+    from jtblas import hardware, model
+
+    plan = model.plan_for_problem(problem, hardware.detect())
+    return plan if plan.pad_a or plan.pad_b else None
+
+
+def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
+    """launch(i): what `jtblas.matmul` runs for a repacking `jtblas.model.Plan`: the misaligned
+    operands copied into zero-padded buffers (K and the leading dimension rounded up; the padding
+    is zeroed once, as the copies never touch it), then the kernel on the padded problem, writing
+    C in the caller's shape. The copies are part of the timed product."""
+    torch = ops.torch
+    problem, kernel_problem = plan.problem, plan.kernel_problem
+
+    def padded_copies(stored, pad, rows, row_stride):
+        if not pad:
+            return stored, None
+        buffers = [torch.zeros((rows, row_stride), device="cuda", dtype=x.dtype) for x in stored]
+        views = [buf[: x.shape[0], : x.shape[1]] for buf, x in zip(buffers, stored)]
+        return buffers, views
+
+    k = kernel_problem.k
+    a_rows = k if problem.transpose_a else problem.m
+    b_rows = problem.n if problem.transpose_b else k
+    a_buffers, a_views = padded_copies(ops.a, plan.pad_a, a_rows, kernel_problem.a_row_stride)
+    b_buffers, b_views = padded_copies(ops.b, plan.pad_b, b_rows, kernel_problem.b_row_stride)
+    kernel = kernel_launcher(_Operands(a_buffers, b_buffers, ops.c, torch), kernel_problem, plan.config)
+
+    def launch(i):
+        if a_views is not None:
+            a_views[i].copy_(ops.a[i])
+        if b_views is not None:
+            b_views[i].copy_(ops.b[i])
+        kernel(i)
+
+    return launch
+
+
+@dataclasses.dataclass
+class _Operands:
+    """The operand lists `kernel_launcher` reads (a, b, c per operand set) and the torch module."""
+
+    a: list
+    b: list
+    c: list
+    torch: object = None
+
+
 def cublas_launcher(ops: TorchOperands) -> Callable[[int], object]:
     torch = ops.torch
     a, b, c = ops.a_op, ops.b_op, ops.c

@@ -3,7 +3,8 @@
     python -m jtblas.bench --report-only bench-out/results.json --out bench-out
 
 Ratios are speed ratios, higher is better for jtblas:
-  pick_over_oracle    oracle time / pick time      (≤ 1; 1 means the model found the best config)
+  pick_over_oracle    oracle time / pick time      (≤ 1; 1 means the model found the best config;
+                                                    > 1 possible where the model repacks operands)
   jtblas_over_xla     XLA time / jtblas time       (> 1: jtblas is faster than XLA's dot)
   jtblas_over_cublas  cuBLAS time / jtblas time
 """
