@@ -349,6 +349,12 @@ def jtblas_dot(shape, config: Config | None) -> Callable:
     return dot
 
 
+# Iterations of the timing loop unrolled into one body. On the H200 one iteration of XLA's while
+# loop cost 16-25 µs of its own (BENCHMARKS.md, 2026-11-30) - a device-to-host check of the loop
+# condition - which the slope charged to every product; unrolled, it is paid once per 16 products.
+LOOP_UNROLL = 16
+
+
 def loop_function(dot: Callable, repeats: int) -> Callable:
     """f(as_, bs) → outputs: `repeats` iterations of a `fori_loop` whose body runs `dot` once on
     each operand set. XLA can neither hoist nor merge the dots: each iteration writes
@@ -369,7 +375,7 @@ def loop_function(dot: Callable, repeats: int) -> Callable:
             return new_as, new_cs
 
         cs0 = [jnp.zeros_like(dot(a, b)) for a, b in zip(as_, bs)]
-        _, cs = jax.lax.fori_loop(0, repeats, body, (list(as_), cs0))
+        _, cs = jax.lax.fori_loop(0, repeats, body, (list(as_), cs0), unroll=min(repeats, LOOP_UNROLL))
         return cs
 
     return f
@@ -434,7 +440,7 @@ def empty_iteration_seconds(trials: int = 5) -> float:
             def body(_, a):
                 return a.at[0, 0].set(jnp.tanh(a[0, 1].astype(jnp.float32)).astype(a.dtype))
 
-            return jax.lax.fori_loop(0, r, body, a)
+            return jax.lax.fori_loop(0, r, body, a, unroll=LOOP_UNROLL)
 
         return jax.jit(f).lower(a).compile()
 
