@@ -72,3 +72,24 @@ def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
     launch_module._jax_triton.cache_clear()
     launch_module._jax_triton()
     assert os.environ["TRITON_CACHE_DIR"] == "/tmp/jtblas-test-cache"
+
+
+def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
+    """What `jtblas.matmul` runs for each shape of benchmarks/shapes (the model's pick on the H200
+    description: plain, split-K or repacked) compiles for sm_90 and holds the Triton call."""
+    from jtblas.bench import shapes
+
+    with_split = with_repack = 0
+    for shape in shapes.load():
+        a = jax.ShapeDtypeStruct((shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k), shape.dtype)
+        b = jax.ShapeDtypeStruct((shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n), shape.dtype)
+
+        def product(x, y, shape=shape):
+            return jtblas.matmul(x, y, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b)
+
+        text = lower_for_cuda(product, a, b)
+        calls = text.count("triton_kernel_call")
+        assert calls >= 1, shape
+        with_split += calls >= 2
+        with_repack += "stablehlo.pad" in text
+    assert with_split and with_repack  # the sets exercise both paths
