@@ -10,6 +10,9 @@ autotuning is not profiled):
 Each contender runs `--repeats` times between marker kernels (torch fill kernels); the parse step
 sums the durations of every kernel between two markers (e.g. XLA's split-K GEMM and its reduction)
 and divides by the repeats, then sets them beside the benchmark's numbers for the same shapes.
+
+On the H200 (2026-11-30) ncu crashed (segmentation fault) with JAX in the profiled process; to
+validate the torch-side timers alone, pass `--contenders jtblas_torch,cublas` to both steps.
 """
 
 from __future__ import annotations
@@ -25,9 +28,7 @@ CONTENDERS = ("jtblas_torch", "jtblas_jax", "xla", "cublas")
 SECONDS_PER_UNIT = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3}
 
 
-def run(shapes: list[tuple[int, int, int]], repeats: int) -> None:
-    import jax
-    import jax.numpy as jnp
+def run(shapes: list[tuple[int, int, int]], repeats: int, contenders: tuple[str, ...] = CONTENDERS) -> None:
     import torch
 
     import jtblas
@@ -47,23 +48,25 @@ def run(shapes: list[tuple[int, int, int]], repeats: int) -> None:
             matmul_kernel[spec.grid](a, b, *spec.scalars, c, num_warps=spec.num_warps,
                                      num_stages=spec.num_stages, **spec.metaparams)
 
-        a_j = jax.random.normal(jax.random.key(0), (m, k), jnp.bfloat16)
-        b_j = jax.random.normal(jax.random.key(1), (k, n), jnp.bfloat16)
-        ours_jax = jax.jit(lambda x, y, config=config: jtblas.matmul(x, y, config=config))
-        xla = jax.jit(jnp.dot)
-        calls = {
-            "jtblas_torch": ours,
-            "jtblas_jax": lambda f=ours_jax, x=a_j, y=b_j: f(x, y).block_until_ready(),
-            "xla": lambda f=xla, x=a_j, y=b_j: f(x, y).block_until_ready(),
-            "cublas": lambda a=a, b=b: torch.matmul(a, b),
-        }
+        calls = {"jtblas_torch": ours, "cublas": lambda a=a, b=b: torch.matmul(a, b)}
+        if {"jtblas_jax", "xla"} & set(contenders):  # JAX only when asked: see the module doc
+            import jax
+            import jax.numpy as jnp
+
+            a_j = jax.random.normal(jax.random.key(0), (m, k), jnp.bfloat16)
+            b_j = jax.random.normal(jax.random.key(1), (k, n), jnp.bfloat16)
+            ours_jax = jax.jit(lambda x, y, config=config: jtblas.matmul(x, y, config=config))
+            xla = jax.jit(jnp.dot)
+            calls["jtblas_jax"] = lambda f=ours_jax, x=a_j, y=b_j: f(x, y).block_until_ready()
+            calls["xla"] = lambda f=xla, x=a_j, y=b_j: f(x, y).block_until_ready()
+        calls = {name: calls[name] for name in contenders}
         for call in calls.values():  # compile and autotune outside the profiled region
             call()
         torch.cuda.synchronize()
         plan.append(calls)
     torch.cuda.profiler.start()
     for calls in plan:
-        for name in CONTENDERS:
+        for name in contenders:
             marker.fill_(1.0)
             torch.cuda.synchronize()
             for _ in range(repeats):
@@ -74,7 +77,8 @@ def run(shapes: list[tuple[int, int, int]], repeats: int) -> None:
     torch.cuda.profiler.stop()
 
 
-def parse(csv_path: str, shapes: list[tuple[int, int, int]], repeats: int, results: str | None) -> list[dict]:
+def parse(csv_path: str, shapes: list[tuple[int, int, int]], repeats: int, results: str | None,
+          contenders: tuple[str, ...] = CONTENDERS) -> list[dict]:
     text = open(csv_path).read()
     start = text.find('"ID"')
     rows = list(csv.DictReader(io.StringIO(text[start:])))
@@ -97,7 +101,7 @@ def parse(csv_path: str, shapes: list[tuple[int, int, int]], repeats: int, resul
             if record["layout"] == "NN" and record["dtype"] == "bfloat16":
                 bench[(record["M"], record["N"], record["K"])] = record["contenders"]
     table = []
-    names = [(shape, name) for shape in shapes for name in CONTENDERS]
+    names = [(shape, name) for shape in shapes for name in contenders]
     for (shape, name), kernels in zip(names, segments):
         seconds = sum(duration for _, duration in kernels) / repeats
         measured = bench.get(shape, {}).get({"jtblas_torch": "jtblas"}.get(name, name), {}).get("seconds")
@@ -116,17 +120,23 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="4096x4096x4096,8192x768x3072,16x12288x4096")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help="subset of " + ",".join(CONTENDERS) + " (the same for the run and the parse)")
     parser.add_argument("--parse", default=None, help="ncu CSV to read instead of running")
     parser.add_argument("--results", default=None, help="bench results.json to compare with")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    contenders = tuple(args.contenders.split(","))
+    unknown = set(contenders) - set(CONTENDERS)
+    if unknown:
+        parser.error(f"unknown contenders {sorted(unknown)}; choose from {CONTENDERS}")
     if args.parse:
-        table = parse(args.parse, shapes, args.repeats, args.results)
+        table = parse(args.parse, shapes, args.repeats, args.results, contenders)
         if args.json:
             json.dump(table, open(args.json, "w"), indent=1)
     else:
-        run(shapes, args.repeats)
+        run(shapes, args.repeats, contenders)
     sys.stdout.flush()
 
 
