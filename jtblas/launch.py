@@ -65,6 +65,7 @@ def launch(
     num_warps: int,
     num_stages: int,
     metaparams: Mapping[str, Any],
+    zeroed_outputs: bool = False,
 ) -> jax.Array:
     """Runs `kernel[grid](*args, out, **metaparams)` and returns `out`.
 
@@ -75,6 +76,8 @@ def launch(
       out_shape: shape and dtype of the output, allocated by the backend.
       num_warps, num_stages: compile options.
       metaparams: the kernel's `tl.constexpr` arguments.
+      zeroed_outputs: the output starts as zeros (for kernels that accumulate into it, e.g. with
+        atomics); otherwise its contents before the kernel runs are undefined (NaN on the CPU).
     """
     arrays = [arg for arg in args if isinstance(arg, (jax.Array, np.ndarray))]
     platform, compute_capability = target_platform(arrays)
@@ -87,10 +90,11 @@ def launch(
             num_warps=num_warps,
             num_stages=num_stages,
             compute_capability=compute_capability,
+            zeroed_outputs=(0,) if zeroed_outputs else (),
             **metaparams,
         )
     if platform == "cpu":
-        return _launch_interpreted(kernel, grid, args, out_shape, dict(metaparams))
+        return _launch_interpreted(kernel, grid, args, out_shape, dict(metaparams), zeroed_outputs)
     raise NotImplementedError(f"jtblas has no kernel backend for platform {platform!r}")
 
 
@@ -112,7 +116,7 @@ def _jax_triton() -> Any:
     return jax_triton
 
 
-def _launch_interpreted(kernel, grid, args, out_shape, metaparams):
+def _launch_interpreted(kernel, grid, args, out_shape, metaparams, zeroed_outputs=False):
     array_positions = [i for i, arg in enumerate(args) if not isinstance(arg, (int, float))]
     scalars = {i: arg for i, arg in enumerate(args) if isinstance(arg, (int, float))}
     arrays = [args[i] for i in array_positions]
@@ -125,8 +129,8 @@ def _launch_interpreted(kernel, grid, args, out_shape, metaparams):
             kernel_args[position] = value
         out_dtype = np.dtype(out_shape.dtype)
         compute_dtype = np.float32 if out_dtype == jnp.bfloat16 else out_dtype
-        # Poisoned: an element the kernel does not write stays NaN.
-        out = np.full(out_shape.shape, np.nan, dtype=compute_dtype)
+        # Poisoned unless zeroed: an element the kernel does not write stays NaN.
+        out = np.full(out_shape.shape, 0 if zeroed_outputs else np.nan, dtype=compute_dtype)
         with _interpreted_language():
             _interpreted(kernel)[grid](*kernel_args, _HostTensor(out), **metaparams)
         return out.astype(out_dtype)

@@ -59,6 +59,7 @@ def matmul(
     precision: Any = None,
     preferred_element_type: Any = None,
     config: Config | None = None,
+    deterministic: bool = True,
 ) -> jax.Array:
     """C = op(a) · op(b) by jtblas's Triton kernel, with fp32 accumulation.
 
@@ -73,6 +74,11 @@ def matmul(
       preferred_element_type: output dtype; default the operands' dtype.
       config: a `jtblas.Config` to force, run on the caller's operands (never repacked); None
         asks the model.
+      deterministic: True (the default): the same inputs give bit-identical outputs, run after
+        run; a split-K config adds its fp32 partials in a fixed order in a second launch. False:
+        a split-K config may instead add the partials with fp32 atomics into a zeroed buffer
+        (one launch, plus a cast when the output is not fp32) — faster, not bit-reproducible
+        (the order of the adds varies). No effect on unsplit configs. Backward GEMMs inherit it.
 
     Returns:
       [..., M, N] in `preferred_element_type`, named `"jtblas_matmul"` for `jax.checkpoint`
@@ -103,11 +109,13 @@ def matmul(
         return jnp.zeros(shape.out_shape, out_dtype)
     if config is not None:
         check_config(config, problem)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"jtblas.matmul: deterministic must be a bool, got {type(deterministic).__name__}")
     m, k = problem.m, problem.k
     static = _Static(
         transpose_a=problem.transpose_a, transpose_b=problem.transpose_b,
         input_precision=problem.input_precision, out_dtype=problem.out_dtype, config=config,
-        repack=_REPACK_MODE.get(),
+        repack=_REPACK_MODE.get(), deterministic=deterministic,
     )
     if _forward_mode(a, b):
         raise TypeError(_NO_FORWARD_MODE)
@@ -148,6 +156,7 @@ class _Static(NamedTuple):
     out_dtype: str
     config: Config | None  # None: the model picks, per launch
     repack: str = "auto"  # repack_mode's override, read when `matmul` was traced
+    deterministic: bool = True  # False: split-K may add partials with atomics
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -180,6 +189,7 @@ def _gemm_bwd(static: _Static, residuals: tuple[Any, Any], g: Any) -> tuple[Any,
         matmul,
         precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None,
         preferred_element_type=dtype,
+        deterministic=static.deterministic,
     )
     da = db = None
     if b is not None:
@@ -272,7 +282,8 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     b = _pad_to(b, repack.stored_shape(problem, "b"))
     # Batch stride 0 broadcasts an operand that is not batched.
     strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0, m * n)
-    return _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides)
+    return _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides,
+                        deterministic=static.deterministic)
 
 
 def _pad_to(x: jax.Array, shape: tuple[int, int]) -> jax.Array:
@@ -297,7 +308,12 @@ class LaunchSpec(NamedTuple):
 
 
 def launch_spec(
-    problem: Problem, config: Config, *, batch: int = 1, batch_strides: tuple[int, int, int] = (0, 0, 0)
+    problem: Problem,
+    config: Config,
+    *,
+    batch: int = 1,
+    batch_strides: tuple[int, int, int] = (0, 0, 0),
+    atomic: bool = False,
 ) -> LaunchSpec:
     """Grid, scalar arguments and meta-parameters of `matmul_kernel` for row-major operands
     (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], each row `problem.lda`/`ldb` elements
@@ -306,7 +322,10 @@ def launch_spec(
 
     With `config.split_k` > 1 the grid gains a third axis (the split) and the kernel's output is
     not C but an fp32 workspace [split_k, batch, M, N] of partial sums (its batch stride is M·N
-    whatever `batch_strides` says); `sum_splits_spec` launches the reduction into C.
+    whatever `batch_strides` says); `sum_splits_spec` launches the reduction into C. With `atomic`
+    (and a split) the output is instead a zeroed fp32 [batch, M, N] buffer (batch stride M·N)
+    into which every split adds its partial with atomics (ATOMIC_SPLIT); the result is C when C
+    is fp32, else `sum_splits_spec(..., atomic=True)` casts it.
     """
     m, n, k = problem.m, problem.n, problem.k
     split = config.split_k
@@ -316,7 +335,8 @@ def launch_spec(
     tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
     a_stored = (k if problem.transpose_a else m) * lda
     b_stored = (n if problem.transpose_b else k) * ldb
-    biggest = max(a_stored, b_stored, m * n * split) * batch
+    atomic = atomic and split > 1
+    biggest = max(a_stored, b_stored, m * n * (1 if atomic else split)) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
     sizes_and_strides = dict(
         M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
@@ -343,16 +363,19 @@ def launch_spec(
             INDEX_64=biggest >= _INDEX_32_LIMIT,
             **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
             SPLIT_K=split,
+            ATOMIC_SPLIT=atomic,
         ),
     )
 
 
-def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1) -> LaunchSpec:
+def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic: bool = False) -> LaunchSpec:
     """Grid, scalars and meta-parameters of `sum_splits_kernel`, the second launch of a split-K
     product: it reads the fp32 workspace [split_k, batch, M, N] that `matmul_kernel` wrote and
-    writes C [batch, M, N] in the output dtype."""
+    writes C [batch, M, N] in the output dtype. With `atomic` the workspace is the single fp32
+    sum [batch, M, N] that the atomic launch wrote, and this launch only casts it (SPLIT_K=1)."""
     if config.split_k == 1:
         raise ValueError(f"sum_splits_spec: {config.short()} does not split K")
+    splits = 1 if atomic else config.split_k
     size = batch * problem.m * problem.n
     unit = divisibility_unit(size, 16 // 4)  # fp32 partials: 4 elements fill a 16-byte load
     return LaunchSpec(
@@ -361,8 +384,8 @@ def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1) -> Laun
         num_warps=SUM_SPLITS_WARPS,
         num_stages=1,
         metaparams=dict(
-            SPLIT_K=config.split_k, BLOCK=SUM_SPLITS_BLOCK, SIZE_UNIT=unit,
-            INDEX_64=size * config.split_k >= _INDEX_32_LIMIT,
+            SPLIT_K=splits, BLOCK=SUM_SPLITS_BLOCK, SIZE_UNIT=unit,
+            INDEX_64=size * splits >= _INDEX_32_LIMIT,
         ),
     )
 
@@ -375,32 +398,42 @@ def _launch_gemm(
     *,
     batch: int = 1,
     batch_strides: tuple[int, int, int] = (0, 0, 0),
+    deterministic: bool = True,
 ) -> jax.Array:
     """The product by `matmul_kernel`: [M, N] for 2-D operands, [batch, M, N] for 3-D ones.
 
     One launch, or with `config.split_k` > 1 two: fp32 partial sums of K slices into a
     [split_k·batch, M, N] workspace, then `sum_splits_kernel` adds them in a fixed order and casts
-    once (deterministic: the same inputs give the same bits run after run).
+    once (deterministic: the same inputs give the same bits run after run). With a split and not
+    `deterministic`, the splits add their partials with fp32 atomics into a zeroed fp32
+    [batch, M, N] buffer: that is C for an fp32 output (one launch), else `sum_splits_kernel`
+    with one split casts it.
     """
-    spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides)
+    split = config.split_k
+    atomic = split > 1 and not deterministic
+    spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic)
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
     out_dtype = jnp.dtype(problem.out_dtype)
-    split = config.split_k
+    fp32 = jnp.dtype(jnp.float32)
+    if split == 1:
+        product_shape = jax.ShapeDtypeStruct(out_shape, out_dtype)
+    elif atomic:
+        product_shape = jax.ShapeDtypeStruct(out_shape, fp32)
+    else:
+        product_shape = jax.ShapeDtypeStruct((split * batch, problem.m, problem.n), fp32)
     product = launch.launch(
         matmul_kernel,
         grid=spec.grid,
         args=[a, b, *spec.scalars],
-        out_shape=jax.ShapeDtypeStruct(
-            (split * batch, problem.m, problem.n) if split > 1 else out_shape,
-            jnp.dtype(jnp.float32) if split > 1 else out_dtype,
-        ),
+        out_shape=product_shape,
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         metaparams=spec.metaparams,
+        zeroed_outputs=atomic,
     )
-    if split == 1:
+    if split == 1 or (atomic and out_dtype == fp32):
         return product
-    reduction = sum_splits_spec(problem, config, batch=batch)
+    reduction = sum_splits_spec(problem, config, batch=batch, atomic=atomic)
     return launch.launch(
         sum_splits_kernel,
         grid=reduction.grid,

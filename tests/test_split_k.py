@@ -187,3 +187,120 @@ def test_split_picks_on_the_gpu(transpose_a, transpose_b, m, n, k, dtype, rng):
     second = product(a, b, None, transpose_a, transpose_b)
     assert relative_error(first, reference) < tolerance(dtype, dtype)
     np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+
+
+# Opt-in atomic split-K (deterministic=False): the splits add fp32 partials into a zeroed buffer.
+ATOMIC_CASES = [(split, dtype, layout) for split in (2, 4, 8) for dtype in ("float32", "bfloat16")
+                for layout in (LAYOUTS[(split + len(dtype)) % 4], LAYOUTS[(split + len(dtype) + 1) % 4])]
+
+
+@pytest.mark.parametrize("split_k,dtype,layout", ATOMIC_CASES,
+                         ids=[f"k{s}-{d}-{LAYOUT_IDS[LAYOUTS.index(lay)]}" for s, d, lay in ATOMIC_CASES])
+def test_atomic_split_matches_float64_reference(split_k, dtype, layout, rng):
+    """K = 200 is 13 blocks of 16 (a masked K tail; split 8 leaves an empty slice); M, N tails."""
+    transpose_a, transpose_b = layout
+    m, n, k = 37, 53, 200
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    out = product(a, b, split_config(split_k), transpose_a, transpose_b, deterministic=False)
+    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
+    assert relative_error(out, reference) < tolerance(dtype, dtype)
+
+
+def _callbacks(fn, *args) -> int:
+    return str(jax.make_jaxpr(fn)(*args)).count("pure_callback")
+
+
+@pytest.mark.parametrize("dtype,out_dtype,launches", [
+    ("float32", None, 1), ("bfloat16", "float32", 1), ("bfloat16", None, 2), ("float16", None, 2),
+])
+def test_atomic_split_launches(dtype, out_dtype, launches, rng):
+    """fp32 output: the atomic launch writes C; any other output dtype adds one cast launch.
+    The deterministic default keeps its two launches."""
+    a, b, reference = random_operands(rng, 33, 40, 300, dtype)
+    config = split_config(4)
+
+    def fn(deterministic):
+        return lambda x, y: jtblas.matmul(x, y, config=config, preferred_element_type=out_dtype,
+                                          deterministic=deterministic)
+
+    assert _callbacks(fn(False), a, b) == launches
+    assert _callbacks(fn(True), a, b) == 2
+    out = jax.jit(fn(False))(a, b)
+    assert out.dtype == jnp.dtype(out_dtype or dtype)
+    assert relative_error(out, reference) < tolerance(dtype, out_dtype or dtype)
+
+
+def test_atomic_split_batch_and_grad(rng, monkeypatch):
+    """A vmapped batch (one atomic buffer [batch, M, N]) and the backward GEMMs, which inherit
+    the flag, against the deterministic path."""
+    flags = []
+    launch_gemm = ops._launch_gemm
+
+    def spy(*args, deterministic=True, **kwargs):
+        flags.append(deterministic)
+        return launch_gemm(*args, deterministic=deterministic, **kwargs)
+
+    monkeypatch.setattr(ops, "_launch_gemm", spy)
+    batch, m, n, k = 3, 21, 34, 90
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((batch, k, n)).astype(np.float32)
+    config = split_config(4)
+
+    def fn(deterministic):
+        return jax.vmap(lambda x, y: jtblas.matmul(x, y, config=config, precision="highest",
+                                                   deterministic=deterministic))
+
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    assert relative_error(jax.jit(fn(False))(a, b), reference) < tolerance("float32", "float32", "ieee")
+    x, w = a[0], b[0]
+    loss = {d: (lambda x, w, d=d: jtblas.matmul(x, w, config=config, deterministic=d).sum())
+            for d in (True, False)}
+    grads = {d: jax.grad(loss[d], argnums=(0, 1))(x, w) for d in (True, False)}
+    for fast, exact in zip(grads[False], grads[True]):
+        np.testing.assert_allclose(np.asarray(fast), np.asarray(exact), rtol=1e-4, atol=1e-4)
+    # The forward product and both backward products are traced with the caller's flag.
+    flags.clear()
+    jax.make_jaxpr(jax.grad(loss[False], argnums=(0, 1)))(x, w)
+    assert flags == [False] * 3
+
+
+def test_deterministic_true_is_the_default_bit_for_bit(rng):
+    a, b, _ = random_operands(rng, 45, 38, 333, "bfloat16")
+    for config in (split_config(8), split_config(1)):
+        default = product(a, b, config)
+        explicit = product(a, b, config, deterministic=True)
+        assert np.array_equal(np.asarray(default), np.asarray(explicit))
+    # Unsplit configs launch the same single kernel whatever the flag.
+    assert np.array_equal(np.asarray(product(a, b, split_config(1), deterministic=False)),
+                          np.asarray(product(a, b, split_config(1))))
+    with pytest.raises(TypeError, match="deterministic"):
+        jtblas.matmul(a, b, deterministic="no")
+
+
+def test_atomic_launch_specs():
+    problem = jtblas.Problem(m=100, n=60, k=1000)
+    spec = launch_spec(problem, split_config(8), batch=3, atomic=True)
+    assert spec.grid == (8, 3, 8) and spec.metaparams["ATOMIC_SPLIT"]
+    assert spec.scalars[-1] * spec.metaparams["STRIDE_CB_UNIT"] == 100 * 60
+    assert not launch_spec(problem, split_config(8), atomic=False).metaparams["ATOMIC_SPLIT"]
+    assert not launch_spec(problem, split_config(1), atomic=True).metaparams["ATOMIC_SPLIT"]
+    cast = sum_splits_spec(problem, split_config(8), batch=3, atomic=True)
+    assert cast.metaparams["SPLIT_K"] == 1 and cast.scalars[0] * cast.metaparams["SIZE_UNIT"] == 3 * 100 * 60
+
+
+@pytest.mark.parametrize("dtype,calls", [("float32", 1), ("bfloat16", 2)])
+def test_atomic_split_compiles_for_sm90(dtype, calls):
+    """jax-triton's CUDA lowering of the atomic split (tl.atomic_add on fp32, zeroed output)."""
+    pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
+    from jtblas import launch
+
+    config = jtblas.Config(block_m=64, block_n=64, block_k=64, group_m=1, num_warps=4, num_stages=4, split_k=8)
+    a = jax.ShapeDtypeStruct((1000, 777), jnp.dtype(dtype))
+    b = jax.ShapeDtypeStruct((777, 520), jnp.dtype(dtype))
+
+    def fn(x, y):
+        return jtblas.matmul(x, y, config=config, deterministic=False)
+
+    with launch.forced_backend("cuda", compute_capability=90):
+        text = jax.jit(fn).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("triton_kernel_call") == calls

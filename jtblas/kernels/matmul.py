@@ -74,6 +74,17 @@ def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Adds the tile's fp32 partial into the fp32 C with atomics, masked at the edges (relaxed
+    ordering: only the final sums are read, after the launch)."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.atomic_add(c_ptrs, acc, mask=mask, sem="relaxed")
+
+
 # M, N, K and the batch strides already carry their divisibility in *_UNIT; Triton's launcher
 # (the benchmark launches on torch tensors) need not specialise on the reduced values again.
 @triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
@@ -112,6 +123,7 @@ def matmul_kernel(
     STRIDE_BB_UNIT: tl.constexpr,
     STRIDE_CB_UNIT: tl.constexpr,
     SPLIT_K: tl.constexpr = 1,
+    ATOMIC_SPLIT: tl.constexpr = False,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -119,6 +131,8 @@ def matmul_kernel(
     SPLIT_K > 1: grid axis 2 splits each tile's K loop into SPLIT_K slices of whole K blocks; C is
     then an fp32 workspace [SPLIT_K, batch, M, N] of partial sums that `sum_splits_kernel` adds
     up in a fixed order (the two launches are deterministic, run after run).
+    With ATOMIC_SPLIT, C is instead a zeroed fp32 [batch, M, N] buffer into which every split adds
+    its partial with fp32 atomics (one launch; the order of the adds, hence the bits, may vary).
 
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
@@ -172,10 +186,14 @@ def matmul_kernel(
         last = tl.minimum(first + chunk, k_blocks)
         a_ptrs += first * BLOCK_K * stride_ak
         b_ptrs += first * BLOCK_K * stride_bk
-        c_ptr += split * tl.num_programs(1) * stride_cb
+        if not ATOMIC_SPLIT:
+            c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
             a_ptrs, b_ptrs, offs_k, K, first, last, stride_ak, stride_bk,
             BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K,
         )
-    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    if ATOMIC_SPLIT:
+        add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    else:
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
 
