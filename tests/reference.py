@@ -46,3 +46,19 @@ def relative_error(result: jax.Array, reference: np.ndarray) -> float:
     assert np.all(np.isfinite(result)), "non-finite output (an unwritten, poisoned element?)"
     scale = np.linalg.norm(reference)
     return float(np.linalg.norm(result - reference) / (scale if scale > 0 else 1.0))
+
+
+def stored_shapes(m: int, n: int, k: int, layout: str, dtype) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
+    """Abstract A and B as stored for `layout` ("NN", "NT", "TN", "TT"): nothing is allocated."""
+    a = (k, m) if layout[0] == "T" else (m, k)
+    b = (n, k) if layout[1] == "T" else (k, n)
+    return jax.ShapeDtypeStruct(a, jnp.dtype(dtype)), jax.ShapeDtypeStruct(b, jnp.dtype(dtype))
+
+
+def lower_for_cuda(fn, *shapes) -> str:
+    """jax-triton's real CUDA lowering of jit(fn) for sm_90 on any machine: the Triton kernels
+    are compiled to PTX (a compile error fails here); returns the lowered module's text."""
+    from jtblas import launch
+
+    with launch.forced_backend("cuda", compute_capability=90):
+        return jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()

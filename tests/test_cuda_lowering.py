@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import hardware, launch
+from jtblas import hardware
 from jtblas.model import resources
+from tests.reference import lower_for_cuda, stored_shapes
 
 jax_triton = pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
 
@@ -22,11 +23,6 @@ CONFIGS = [
 ]
 
 
-def lower_for_cuda(fn, *shapes) -> str:
-    with launch.forced_backend("cuda", compute_capability=90):
-        return jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
-
-
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.short())
 @pytest.mark.parametrize(
     "dtype,layout", [("bfloat16", "NN"), ("float16", "NT"), ("bfloat16", "TN"), ("float32", "TT")]
@@ -34,8 +30,7 @@ def lower_for_cuda(fn, *shapes) -> str:
 def test_forced_configs_compile_for_sm90(config, dtype, layout):
     transpose_a, transpose_b = layout[0] == "T", layout[1] == "T"
     m, n, k = 1000, 520, 777  # tails everywhere
-    a = jax.ShapeDtypeStruct((k, m) if transpose_a else (m, k), jnp.dtype(dtype))
-    b = jax.ShapeDtypeStruct((n, k) if transpose_b else (k, n), jnp.dtype(dtype))
+    a, b = stored_shapes(m, n, k, layout, dtype)
     def product(x, y):
         return jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
 
@@ -81,8 +76,7 @@ def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
 
     with_split = with_repack = 0
     for shape in shapes.load():
-        a = jax.ShapeDtypeStruct((shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k), shape.dtype)
-        b = jax.ShapeDtypeStruct((shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n), shape.dtype)
+        a, b = stored_shapes(shape.m, shape.n, shape.k, shape.layout, shape.dtype)
 
         def product(x, y, shape=shape):
             return jtblas.matmul(x, y, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import jtblas
-from jtblas import hardware, launch, ops
+from jtblas import hardware, ops
 from jtblas.config import Problem
 from jtblas.model import repack
-from tests.reference import DTYPES, random_operands, relative_error, tolerance
+from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -205,6 +205,5 @@ def test_repacked_product_compiles_for_sm90(monkeypatch):
     monkeypatch.setenv(hardware.ENV_VAR, "h200")  # the model plans for the H200: it repacks
     a = jax.ShapeDtypeStruct((1500, 3399), jnp.bfloat16)
     b = jax.ShapeDtypeStruct((3399, 4501), jnp.bfloat16)
-    with launch.forced_backend("cuda", compute_capability=90):
-        text = jax.jit(lambda x, y: jtblas.matmul(x, y)).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    text = lower_for_cuda(jtblas.matmul, a, b)
     assert "triton_kernel_call" in text and text.count("stablehlo.pad") == 2

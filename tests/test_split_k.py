@@ -16,7 +16,7 @@ import jtblas
 from jtblas import hardware, model, ops
 from jtblas.model import candidates, cost
 from jtblas.ops import launch_spec, sum_splits_spec
-from tests.reference import DTYPES, random_operands, relative_error, tolerance
+from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, stored_shapes, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -156,19 +156,13 @@ SM90_CASES = [
 def test_split_configs_compile_for_sm90(dtype, layout, config):
     """jax-triton's real CUDA lowering (PTX for sm_90, no GPU needed): both kernels compile."""
     pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
-    from jtblas import launch
-
     config = jtblas.Config(**config)
     transpose_a, transpose_b = layout[0] == "T", layout[1] == "T"
-    m, n, k = 1000, 520, 777  # tails everywhere
-    a = jax.ShapeDtypeStruct((k, m) if transpose_a else (m, k), jnp.dtype(dtype))
-    b = jax.ShapeDtypeStruct((n, k) if transpose_b else (k, n), jnp.dtype(dtype))
 
     def fn(x, y):
         return jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
 
-    with launch.forced_backend("cuda", compute_capability=90):
-        text = jax.jit(fn).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    text = lower_for_cuda(fn, *stored_shapes(1000, 520, 777, layout, dtype))  # tails everywhere
     assert text.count("triton_kernel_call") == 2  # the partials and their sum
 
 
@@ -292,15 +286,10 @@ def test_atomic_launch_specs():
 def test_atomic_split_compiles_for_sm90(dtype, calls):
     """jax-triton's CUDA lowering of the atomic split (tl.atomic_add on fp32, zeroed output)."""
     pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
-    from jtblas import launch
-
     config = jtblas.Config(block_m=64, block_n=64, block_k=64, group_m=1, num_warps=4, num_stages=4, split_k=8)
-    a = jax.ShapeDtypeStruct((1000, 777), jnp.dtype(dtype))
-    b = jax.ShapeDtypeStruct((777, 520), jnp.dtype(dtype))
 
     def fn(x, y):
         return jtblas.matmul(x, y, config=config, deterministic=False)
 
-    with launch.forced_backend("cuda", compute_capability=90):
-        text = jax.jit(fn).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    text = lower_for_cuda(fn, *stored_shapes(1000, 520, 777, "NN", dtype))
     assert text.count("triton_kernel_call") == calls
