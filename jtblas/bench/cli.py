@@ -225,16 +225,13 @@ class Runner:
                 copy="dst.copy_(src) of 1 GiB in a CUDA graph; bandwidth counts read + write",
             ),
         )
-        self.select, self.candidates_fn, stub = C.model_api()
-        self.meta["model_stub"] = stub
-        if stub:
-            print(f"{PROGRAM}: jtblas.select/candidates not found; using the placeholder model and a "
-                  "stub candidate list (tutorial configs + pick)", file=sys.stderr)
+        import jtblas
+
+        self.select, self.candidates_fn = jtblas.select, jtblas.candidates
         from jtblas import hardware
 
         self.hw = hardware.detect()
         self.meta["hardware_model"] = self.hw.name
-        self.split_k_ok = self._safe(C.kernel_supports_split_k)
         if "nvmmh" in self.contenders:
             try:
                 self.nvmmh = C.Nvmmh(self.gpu_name)
@@ -311,7 +308,7 @@ class Runner:
             try:
                 plan.nvmmh_raw, plan.nvmmh_s = self.nvmmh.query(problem)
                 plan.nvmmh_config = C.config_from_nvmmh(
-                    plan.nvmmh_raw, problem, split_k_ok=self.split_k_ok is True,
+                    plan.nvmmh_raw, problem, split_k_ok=True,
                     fits=lambda c: not resources.fit_errors(c, problem, self.hw),
                 )
             except Exception as error:  # noqa: BLE001

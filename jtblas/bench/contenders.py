@@ -57,62 +57,6 @@ def operand_sets(set_bytes: int, l2_bytes: int, *, limit: int = MAX_OPERAND_SETS
 
 
 # --------------------------------------------------------------------------------------------
-# Model, candidates (the public API; a stub until the model lands)
-# --------------------------------------------------------------------------------------------
-
-
-def model_api():
-    """(select, candidates, is_stub): `jtblas.select` and `jtblas.candidates`, or a stand-in
-    (the placeholder model's config; candidates = tutorial configs + that pick) until they exist."""
-    import jtblas
-
-    select = getattr(jtblas, "select", None)
-    candidates = getattr(jtblas, "candidates", None)
-    if select is not None and candidates is not None:
-        return select, candidates, False
-
-    from jtblas import hardware as hardware_module
-    from jtblas.model import select_for_problem
-
-    def _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b):
-        name = _dtype_name(dtype)
-        return Problem(m=m, n=n, k=k, dtype=name, out_dtype=_dtype_name(out_dtype or name),
-                       transpose_a=transpose_a, transpose_b=transpose_b)
-
-    def stub_select(m, n, k, *, dtype, out_dtype=None, transpose_a=False, transpose_b=False,
-                    precision=None, hardware=None, **_):
-        return select_for_problem(_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b),
-                                  hardware_module.detect())
-
-    def stub_candidates(m, n, k, **kw):
-        pick = stub_select(m, n, k, **kw)
-        return list(dict.fromkeys([pick, *TUTORIAL_CONFIGS]))
-
-    return select or stub_select, candidates or stub_candidates, True
-
-
-def _dtype_name(dtype) -> str:
-    import numpy as np
-
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        import jax.numpy as jnp
-
-        return jnp.dtype(dtype).name
-
-
-def kernel_supports_split_k() -> bool:
-    """Whether `launch_spec` launches split-K programs (the grid grows with split_k)."""
-    from jtblas.ops import launch_spec
-
-    problem = Problem(m=256, n=256, k=4096)
-    one = launch_spec(problem, Config(split_k=1)).grid
-    two = launch_spec(problem, Config(split_k=2)).grid
-    return math.prod(two) != math.prod(one)
-
-
-# --------------------------------------------------------------------------------------------
 # nvMatmulHeuristics (optional)
 # --------------------------------------------------------------------------------------------
 

@@ -160,8 +160,6 @@ def markdown(results) -> str:
                    "(included in every XLA and jtblas-through-JAX number).")
     if meta.get("stopped"):
         out.append(f"**Run stopped early** ({meta['stopped']}).")
-    if meta.get("model_stub"):
-        out.append("**jtblas.select/candidates were missing: placeholder model and stub candidate list.**")
     out += ["", "Timing methods: " + "; ".join(f"{k}: {v}" for k, v in (meta.get("methods") or {}).items()), ""]
 
     p = s["pick_over_oracle"]
