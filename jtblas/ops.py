@@ -107,8 +107,6 @@ def matmul(
     if problem is None:  # an empty product: no kernel to launch
         out_dtype = jnp.dtype(preferred_element_type or a.dtype)
         return jnp.zeros(shape.out_shape, out_dtype)
-    if config is not None:
-        check_config(config, problem)
     if not isinstance(deterministic, bool):
         raise TypeError(f"jtblas.matmul: deterministic must be a bool, got {type(deterministic).__name__}")
     m, k = problem.m, problem.k
@@ -270,12 +268,11 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     if config is None:
         plan = repack.plan_for_problem(problem, hardware.detect(), static.repack)
         problem, config = plan.kernel_problem, plan.config
-    else:  # checked at the boundary already, but batching may have folded more rows into M
-        check_config(config, problem)
+    else:  # checked here, per launched problem: batching may have folded more rows into M
         if static.repack == "always":
             problem = repack.padded_problem(problem, pad_a=True, pad_b=True,
                                             pad_k=problem.k % repack.PAD_MULTIPLE != 0)
-            check_config(config, problem)
+        check_config(config, problem)
     # Repacking: copy A and/or B into zero-padded buffers [batch, rows, row stride] (at most the
     # padded operand sizes; K's zeros leave the fp32 sums unchanged). C keeps the caller's shape.
     a = _pad_to(a, repack.stored_shape(problem, "a"))
