@@ -11,9 +11,9 @@ import pytest
 import jtblas
 from jtblas import hardware
 from jtblas.model import resources
-from tests.reference import lower_for_cuda, stored_shapes
+from tests.reference import lower_for_cuda, require_jax_triton, stored_shapes
 
-jax_triton = pytest.importorskip("jax_triton", reason="jax-triton needs the jax CUDA plugin (see .ci/run)")
+jax_triton = require_jax_triton()
 
 CONFIGS = [
     jtblas.Config(),  # the default
