@@ -205,6 +205,35 @@ def test_search_finds_the_best_and_skips_failures():
     assert not cut["complete"] and cut["best"] is None
 
 
+def test_search_extends_an_earlier_first_pass():
+    configs = [Config(block_m=bm, num_warps=4) for bm in (16, 32, 64, 128)]
+    times = {c: t for c, t in zip(configs, (5e-3, 1e-3, 3e-3, 2e-3))}
+    timed = []
+
+    def launcher(config):
+        timed.append(config)
+        return config
+
+    # The earlier search covered the first two; its best (block_m 32) must still win and be
+    # re-timed carefully, and only the two new configs get a first pass.
+    known = [(configs[0], 5e-3, None), (configs[1], 1e-3, None)]
+    found = oracle.search(configs[2:], launcher=launcher, timer=FakeTimer(times), nbuf=1, top=2,
+                          compiled=lambda c: dict(ok=True), known=known)
+    assert found["best"] == configs[1] and len(found["first"]) == 4
+    assert timed.count(configs[0]) == 0 and timed.count(configs[2]) == 1
+
+
+def test_oracle_cache_finds_an_earlier_search_over_fewer_candidates(tmp_path):
+    old, new = [Config(), Config(block_k=32)], [Config(), Config(block_k=32), Config(split_k=2)]
+    cache = oracle.OracleCache(tmp_path / "cache.json")
+    shape_key = "64x64x64 bfloat16 NN"
+    first = [[c.short(), 1e-4, None] for c in old]
+    cache.put(oracle.cache_key(shape_key, "NVIDIA H200", oracle.candidates_hash(old)), dict(first=first))
+    assert cache.earlier(shape_key, "NVIDIA H200", new)["first"] == first
+    assert cache.earlier(shape_key, "NVIDIA H100", new) is None  # another GPU
+    assert cache.earlier(shape_key, "NVIDIA H200", new[:1]) is None  # not a subset of the candidates
+
+
 def test_oracle_cache_round_trip(tmp_path):
     path = tmp_path / "cache.json"
     configs = [Config(), Config(block_k=32)]

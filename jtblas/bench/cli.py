@@ -160,6 +160,8 @@ class Plan:
     candidates_s: float | None = None
     cand_hash: str | None = None
     cached: dict | None = None
+    earlier: dict | None = None  # a cached search over a subset of the candidates (extended here)
+    known: list = dataclasses.field(default_factory=list)  # its first pass, as (config, s, error)
     oracle_configs: list = dataclasses.field(default_factory=list)  # what the oracle will time
     nvmmh_config: object = None
     nvmmh_raw: dict | None = None
@@ -299,7 +301,12 @@ class Runner:
                 if plan.cached:  # re-time the cached leaders side by side with the others
                     plan.oracle_configs = [C.config_from_dict(d) for d in plan.cached.get("top", [])[:3]]
                 else:
-                    plan.oracle_configs = plan.candidates
+                    plan.earlier = self.cache.earlier(shape.key(), self.gpu_name, plan.candidates)
+                    by_name = {c.short(): c for c in plan.candidates}
+                    if plan.earlier:  # time only what the earlier search lacks
+                        plan.known = [(by_name[name], t, e) for name, t, e in plan.earlier["first"]]
+                    known = {c for c, _, _ in plan.known}
+                    plan.oracle_configs = [c for c in plan.candidates if c not in known]
             except Exception as error:  # noqa: BLE001
                 plan.candidates = []
                 plan.oracle_configs = []
@@ -322,6 +329,8 @@ class Runner:
         if plan.nvmmh_config is not None:
             wanted.append(plan.nvmmh_config)
         wanted += plan.oracle_configs
+        # The earlier search's leaders are re-timed carefully: compile them too.
+        wanted += [c for c, t, _ in sorted((x for x in plan.known if x[1] is not None), key=lambda x: x[1])[:oracle.CAREFUL_TOP]]
         for config in wanted:
             if config not in plan.keys:
                 try:
@@ -567,7 +576,7 @@ class Runner:
 
     def _oracle(self, plan, ops, nbuf, pick_entry, ours) -> dict:
         C, oracle = self.C, self.oracle_mod
-        if not plan.oracle_configs:
+        if not plan.oracle_configs and not plan.known:
             return dict(error=f"no candidates ({plan.cand_hash})")
         t = time.perf_counter()
         launcher = lambda config: C.kernel_launcher(ops, plan.problem, config)
@@ -582,7 +591,8 @@ class Runner:
 
         jobs = {plan.keys[c] for c in plan.oracle_configs if c in plan.keys}
         found = oracle.search(plan.oracle_configs, launcher=launcher, compiled=compiled, timer=self.timer,
-                              nbuf=nbuf, deadline=self.deadline, top=3 if plan.cached else oracle.CAREFUL_TOP)
+                              nbuf=nbuf, deadline=self.deadline, top=3 if plan.cached else oracle.CAREFUL_TOP,
+                              known=plan.known)
         search_s = time.perf_counter() - t
         timing_s = search_s - waited[0]  # the parent's own work: loading binaries and timing
         # Compile seconds of every job this shape needed (some were shared with earlier shapes).
@@ -605,16 +615,23 @@ class Runner:
         if best is None:
             return dict(error="no candidate ran", n_candidates=len(plan.candidates), search_s=search_s,
                         first_errors=[e for _, _, e in found["first"] if e][:5])
+        compile_jobs = len(jobs)
+        if plan.earlier:  # the whole search's cost: the earlier part plus this extension
+            e = plan.earlier
+            compile_jobs += e.get("compile_jobs") or 0
+            compile_cpu += e.get("compile_cpu_s") or 0.0
+            search_s += e.get("search_s") or 0.0
+            timing_s += e.get("timing_s") or 0.0
         entry = dict(
             seconds=best_s, config=dataclasses.asdict(best), config_short=best.short(),
             method=f"careful time of the best {len(found['careful'])} of the first pass",
             n_candidates=len(plan.candidates), timed=len(found["first"]) - found["errors"],
-            failed=found["errors"], compile_jobs=len(jobs), compile_cpu_s=compile_cpu,
+            failed=found["errors"], compile_jobs=compile_jobs, compile_cpu_s=compile_cpu,
             search_s=search_s, timing_s=timing_s, complete=found["complete"],
             # What the search would cost on its own: its compiles spread over the pool, plus timing.
             first_call_s=compile_cpu / self.compiler.workers + timing_s,
-            cached=bool(plan.cached), candidates_hash=plan.cand_hash, candidates_s=plan.candidates_s,
-            pick_in_candidates=pick_in, pick_rank=oracle.rank_of(pick, found["first"]) if pick_in else None,
+            cached=bool(plan.cached), extended=len(plan.known), candidates_hash=plan.cand_hash,
+            candidates_s=plan.candidates_s, pick_in_candidates=pick_in, pick_rank=oracle.rank_of(pick, found["first"]) if pick_in else None,
             top=[dict(config_short=c.short(), seconds=s) for c, s in sorted(found["careful"].items(),
                                                                             key=lambda x: x[1])],
         )
@@ -624,7 +641,7 @@ class Runner:
                 best=dataclasses.asdict(ordered[0][0]), best_s=ordered[0][1],
                 top=[dataclasses.asdict(c) for c, _ in ordered],
                 first=[[c.short(), s, e] for c, s, e in found["first"]],
-                n_candidates=len(plan.candidates), compile_jobs=len(jobs), compile_cpu_s=compile_cpu,
+                n_candidates=len(plan.candidates), compile_jobs=compile_jobs, compile_cpu_s=compile_cpu,
                 search_s=search_s, timing_s=timing_s, workers=self.compiler.workers,
                 date=self.meta["date"], gpu=self.gpu_name,
             ))

@@ -192,6 +192,20 @@ class OracleCache:
     def get(self, key: str) -> dict | None:
         return self.entries.get(key)
 
+    def earlier(self, shape_key: str, gpu_name: str, candidates: list[Config]) -> dict | None:
+        """The most complete earlier search of this shape on this GPU over a subset of
+        `candidates` (another candidate list: the space grew since), or None. Its first-pass
+        times stand; only the candidates it lacks need timing."""
+        wanted = {c.short() for c in candidates}
+        best = None
+        for key, entry in self.entries.items():
+            if not key.startswith(f"{shape_key}|{gpu_name}|"):
+                continue
+            covered = {row[0] for row in entry.get("first", [])}
+            if covered <= wanted and (best is None or len(covered) > len(best["first"])):
+                best = entry
+        return best
+
     def put(self, key: str, entry: dict) -> None:
         self.entries[key] = entry
         self.save()
@@ -237,6 +251,7 @@ def search(
     nbuf: int,
     deadline: float | None = None,
     top: int = CAREFUL_TOP,
+    known: list[tuple[Config, float | None, str | None]] = (),
 ) -> dict:
     """Times every candidate once (first pass), re-times the best `top` carefully.
 
@@ -244,11 +259,13 @@ def search(
       launcher: config → launch(i) on the shape's operands.
       compiled: config → its compile result (waits for the pool); failed compiles are skipped.
       deadline: `time.monotonic()` value after which the search stops (result marked incomplete).
+      known: first-pass results of an earlier search of the same shape on the same GPU, taken
+        as they are (the leaders among them are re-timed carefully like the rest).
 
     Returns a dict with `best` (config), `best_s`, `careful` {config: seconds}, `first` [(config,
     seconds or None, error or None)], `complete`, `errors`.
     """
-    first: list[tuple[Config, float | None, str | None]] = []
+    first: list[tuple[Config, float | None, str | None]] = list(known)
     complete = True
     for config in candidates:
         if deadline is not None and time.monotonic() > deadline:
