@@ -3,7 +3,7 @@
 Precedence of the configuration: an explicit `config=` is used as given (after checking it fits
 the GPU), on the caller's operands; otherwise the analytical model plans the product at trace
 time (`jtblas.model.plan_for_problem`): a config, and whether misaligned operands are first copied
-into zero-padded buffers (repacking; C is always written in the caller's shape).
+into zero-padded buffers (repacking; a padded M or N pads C, sliced to the caller's shape).
 """
 
 from __future__ import annotations
@@ -274,13 +274,16 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
                                             pad_k=problem.k % repack.PAD_MULTIPLE != 0)
         check_config(config, problem)
     # Repacking: copy A and/or B into zero-padded buffers [batch, rows, row stride] (at most the
-    # padded operand sizes; K's zeros leave the fp32 sums unchanged). C keeps the caller's shape.
+    # padded operand sizes; K's zeros leave the fp32 sums unchanged). A padded M or N (a copied
+    # operand's contiguous axis) pads C too, sliced back to the caller's shape.
     a = _pad_to(a, repack.stored_shape(problem, "a"))
     b = _pad_to(b, repack.stored_shape(problem, "b"))
     # Batch stride 0 broadcasts an operand that is not batched.
-    strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0, m * n)
-    return _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides,
-                        deterministic=static.deterministic)
+    strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0,
+               problem.m * problem.n)
+    out = _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides,
+                       deterministic=static.deterministic)
+    return out if (problem.m, problem.n) == (m, n) else out[:, :m, :n]
 
 
 def _pad_to(x: jax.Array, shape: tuple[int, int]) -> jax.Array:

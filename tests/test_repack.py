@@ -16,7 +16,7 @@ import pytest
 import jtblas
 from jtblas import hardware, ops
 from jtblas.config import Problem
-from jtblas.model import repack
+from jtblas.model import cost, repack
 from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -136,9 +136,12 @@ def plan(m, n, k, layout="NN", gpu="h200", mode="auto"):
 def test_model_repacks_odd_shape_on_h200():
     p = plan(1500, 4501, 3399)
     assert p.repacks and p.pad_a and p.pad_b
-    # K zero-padded to a multiple of 64; B's rows (N = 4501) padded to 4544; C stays 1500x4501.
-    assert (p.kernel_problem.m, p.kernel_problem.n, p.kernel_problem.k) == (1500, 4501, 3456)
-    assert (p.kernel_problem.lda, p.kernel_problem.ldb) == (0, 4544)
+    # K zero-padded to a multiple of 64; B's rows (N = 4501, its contiguous axis) padded to 4544,
+    # and N with them: C is computed 1500x4544 and sliced, a copy the plan prices.
+    assert (p.kernel_problem.m, p.kernel_problem.n, p.kernel_problem.k) == (1500, 4544, 3456)
+    assert (p.kernel_problem.lda, p.kernel_problem.ldb) == (0, 0)
+    slice_s = repack.slice_seconds(p.problem, p.kernel_problem, hardware.H200)
+    assert slice_s > 0 and p.copy_seconds > slice_s
     assert p.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * p.plain_seconds
     assert jtblas.select(1500, 4501, 3399, hardware="h200") == p.config
     assert p.plain_config == jtblas.model.select_for_problem(p.problem, hardware.H200)
@@ -170,9 +173,16 @@ def test_copy_cost_and_padded_sizes():
     assert repack.stored_shape(kernel, "a") == (1500, 3456) and repack.stored_shape(kernel, "b") == (3456, 4544)
     copy_a = repack.copy_seconds(problem, kernel, "a", hw)
     assert copy_a == pytest.approx((1500 * 3399 + 1500 * 3456) * 2 / hw.dram_bytes_per_s + hw.launch_seconds)
+    assert repack.slice_seconds(problem, kernel, hw) == pytest.approx(
+        (1500 * 4544 + 1500 * 4501) * 2 / hw.dram_bytes_per_s + hw.launch_seconds)
+    # A transposed A is contiguous along M: M is padded with its rows (C gains rows, sliced off).
     transposed = repack.padded_problem(Problem(m=197, n=768, k=3072, transpose_a=True), pad_a=True, pad_b=False,
                                        pad_k=False)
-    assert transposed.lda == 256 and transposed.k == 3072 and transposed.a_row_stride == 256
+    assert transposed.m == 256 and transposed.lda == 0 and transposed.k == 3072 and transposed.a_row_stride == 256
+    # A plain A is contiguous along K: its padded rows keep M and get a leading dimension.
+    plain_a = repack.padded_problem(Problem(m=197, n=768, k=3000), pad_a=True, pad_b=False, pad_k=False)
+    assert (plain_a.m, plain_a.k, plain_a.lda) == (197, 3000, 3008)
+    assert repack.slice_seconds(Problem(m=197, n=768, k=3000), plain_a, hw) == 0
     with pytest.raises(ValueError, match="both operands"):
         repack.padded_problem(problem, pad_a=True, pad_b=False, pad_k=True)
     with pytest.raises(ValueError, match="lda"):
@@ -183,7 +193,7 @@ def test_explain_gives_both_times():
     result = jtblas.explain(1500, 4501, 3399, hardware="h200")
     assert result.plan.repacks and result.config == jtblas.select(1500, 4501, 3399, hardware="h200")
     text = result.format(top=3)
-    assert "repacked: the kernel runs 1500x4501x3456" in text and "it repacks" in text
+    assert "repacked: the kernel runs 1500x4544x3456" in text and "it repacks" in text
     assert f"{result.plan.plain_seconds * 1e6:.2f} µs plain" in text
     assert f"{result.plan.predicted_seconds * 1e6:.2f} µs" in text
     assert "nothing to repack" in jtblas.explain(4096, 4096, 4096, hardware="h200").why()
@@ -193,6 +203,36 @@ def test_vocab_projection_pads_only_the_weight():
     """N = 50257 (a vocabulary) with aligned K: only B, whose rows are N long, is copied."""
     p = plan(4096, 50257, 4096)
     assert p.repacks and p.pad_b and not p.pad_a and p.kernel_problem.k == 4096
+    assert p.kernel_problem.n == 50304
+
+
+def test_wrapped_offsets_limit_the_load_width():
+    """The kernel's tile offsets wrap at N (M) and are contiguous only in runs of N's (M's)
+    power-of-two divisor: an aligned row stride alone does not make B's loads wide."""
+    config = jtblas.Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)
+    constants = hardware.H200.model_constants()
+    strided = Problem(m=1024, n=2974, k=1024, ldb=3008)  # rows 16-byte aligned, N = 2 mod 8
+    assert cost.vector_bytes(strided, config, "b", constants) == 4
+    assert cost.vector_bytes(Problem(m=1024, n=3008, k=1024), config, "b", constants) == 16
+    transposed = Problem(m=1002, n=1024, k=1024, transpose_a=True, lda=1024)
+    assert cost.vector_bytes(transposed, config, "a", constants) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+def test_repacked_large_tiles_on_gpu(transpose_a, transpose_b, rng):
+    """Repacked products with the model's own (large) tiles on the GPU, odd M, N and K: the
+    first repacked launch on the H200 faulted (misaligned address) before the kernel's offset
+    hints were made honest."""
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a CUDA GPU")
+    m, n, k = 1001, 2974, 1431
+    a, b, reference = random_operands(rng, m, n, k, "bfloat16", transpose_a=transpose_a, transpose_b=transpose_b)
+    run = product(transpose_a, transpose_b, config=None)
+    for mode in ("always", "auto"):
+        out = forced(run, mode)(a, b)
+        assert out.shape == (m, n)
+        assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
 
 
 # ------------------------------------------------------------------------------------------------

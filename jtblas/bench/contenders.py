@@ -215,8 +215,9 @@ def repack_plan(problem: Problem):
 def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
     """launch(i): what `jtblas.matmul` runs for a repacking `jtblas.model.Plan`: the misaligned
     operands copied into zero-padded buffers (K and the leading dimension rounded up; the padding
-    is zeroed once, as the copies never touch it), then the kernel on the padded problem, writing
-    C in the caller's shape. The copies are part of the timed product."""
+    is zeroed once, as the copies never touch it), then the kernel on the padded problem, and, if
+    M or N was padded, C's slice copied out of the padded C. The copies are part of the timed
+    product."""
     torch = ops.torch
     problem, kernel_problem = plan.problem, plan.kernel_problem
 
@@ -232,7 +233,10 @@ def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
     b_rows = problem.n if problem.transpose_b else k
     a_buffers, a_views = padded_copies(ops.a, plan.pad_a, a_rows, kernel_problem.a_row_stride)
     b_buffers, b_views = padded_copies(ops.b, plan.pad_b, b_rows, kernel_problem.b_row_stride)
-    kernel = kernel_launcher(_Operands(a_buffers, b_buffers, ops.c, torch), kernel_problem, plan.config)
+    sliced = (kernel_problem.m, kernel_problem.n) != (problem.m, problem.n)
+    c_out = ([torch.empty((kernel_problem.m, kernel_problem.n), device="cuda", dtype=x.dtype) for x in ops.c]
+             if sliced else ops.c)
+    kernel = kernel_launcher(_Operands(a_buffers, b_buffers, c_out, torch), kernel_problem, plan.config)
 
     def launch(i):
         if a_views is not None:
@@ -240,6 +244,8 @@ def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
         if b_views is not None:
             b_views[i].copy_(ops.b[i])
         kernel(i)
+        if sliced:
+            ops.c[i].copy_(c_out[i][: problem.m, : problem.n])
 
     return launch
 

@@ -27,14 +27,19 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 def tile_pointers(
     a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_ak, stride_bk, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
 ):
     """Pointers to the first K block of a tile's A rows and B columns, and the K offsets."""
     # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
     # the store is masked, so wrapped values are never written.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
-    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+    # What the hints may claim: the wrap happens at multiples of M (N), so runs of M_UNIT (N_UNIT)
+    # offsets stay contiguous and start at multiples of it, but no longer runs. (Tutorial 03's
+    # hint, runs of BLOCK_M, is false past the wrap: with a 16-byte-aligned row stride and N = 2
+    # mod 8 it made a 16-byte load start at column 2, a misaligned address on the H200.)
+    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, M_UNIT), M_UNIT)
+    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, N_UNIT), N_UNIT)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
@@ -165,7 +170,7 @@ def matmul_kernel(
     c_ptr += batch * stride_cb
     a_ptrs, b_ptrs, offs_k = tile_pointers(
         a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K,
+        BLOCK_M, BLOCK_N, BLOCK_K, M_UNIT, N_UNIT,
     )
     k_blocks = tl.cdiv(K, BLOCK_K)
     if SPLIT_K == 1:

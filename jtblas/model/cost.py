@@ -210,12 +210,14 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     stride (`Problem.lda`/`ldb`, dense by default), so loads are as wide as the largest power of
     two dividing stride·bytes. When the contiguous axis is K and K is not a multiple of block_k,
     the masked K loop (EVEN_K false) loads no wider than the largest power of two dividing K·bytes.
+    When it is M (N), the tile's offsets wrap at M (N) and are contiguous only in runs of M's (N's)
+    largest power-of-two divisor, so loads are no wider than that many elements either.
     """
     element = problem.operand_bytes
     if operand == "a":
-        stride, k_contiguous = problem.a_row_stride, not problem.transpose_a
+        stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
     else:
-        stride, k_contiguous = problem.b_row_stride, problem.transpose_b
+        stride, k_contiguous, extent = problem.b_row_stride, problem.transpose_b, problem.n
     stride_bytes = stride * element
     width = min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
     if k_contiguous and problem.k % config.block_k:
@@ -223,6 +225,9 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
         # (the kernel is told that divisibility, up to 16 elements, through K_UNIT).
         k_bytes = problem.k * element
         width = min(width, k_bytes & -k_bytes)
+    elif not k_contiguous:
+        extent_bytes = extent * element
+        width = min(width, extent_bytes & -extent_bytes)
     return width
 
 

@@ -9,11 +9,15 @@ kernel on zero-padded copies at 580-700 (issue 7). `plan_for_problem` weighs the
     repacked = best predicted time over candidates(padded problem) + Σ copies
     copy     = (stored bytes read + padded bytes written) / DRAM bandwidth + one launch
 
-and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. The padded problem keeps the
-caller's M and N (the kernel masks its M/N edges, and C is written in the caller's shape: no C
-copy); only A and B are copied, each with the padded axes rounded up to PAD_MULTIPLE elements:
-K (zero-filled, so the product is unchanged) and the leading dimension (the padded rows'
-tails are zero too, never read by the kernel). K is shared, so padding K copies both operands.
+and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. A copied operand has both its
+axes' padding zero-filled, with the padded axes rounded up to PAD_MULTIPLE elements: K (so the
+product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
+When that contiguous axis is M (A transposed) or N (B not transposed), the padded problem's M (N)
+grows with it: the kernel's tile offsets wrap at M (N), and only a wrap at an aligned extent keeps
+its loads full-width (`cost.vector_bytes`). C is then computed padded and sliced to the caller's
+shape, one more copy in the cost:
+
+    copy(C) = (padded C bytes read + C bytes written) / DRAM bandwidth + one launch
 
 Aligned problems (every operand loaded at full width by the best plain config) are planned
 without ranking anything else: their `Plan` is the plain selection, and `candidates()` and the
@@ -58,13 +62,14 @@ class Plan:
 
     Attributes:
       problem: the caller's problem (dense operands).
-      kernel_problem: the problem the kernel runs: `problem`, or with K padded (`k`) and/or padded
-        leading dimensions (`lda`, `ldb`) when repacking. M and N are always the caller's.
+      kernel_problem: the problem the kernel runs: `problem`, or with K padded (`k`), padded
+        leading dimensions (`lda`, `ldb`) and M (N) padded when it is a copied operand's
+        contiguous axis; C is then [kernel M, kernel N], sliced to the caller's shape.
       config: the kernel's config for `kernel_problem` (what `jtblas.select` returns).
       pad_a, pad_b: A (B) is copied into a zero-padded [rows, lda] buffer before the launch.
       predicted_seconds: the kernel's predicted time plus `copy_seconds`.
       plain_config, plain_seconds: the best config and predicted time without repacking.
-      copy_seconds: the predicted time of the copies (0 without repacking).
+      copy_seconds: the predicted time of the copies, C's slice included (0 without repacking).
       reason: one sentence on why it repacks or not.
     """
 
@@ -104,13 +109,16 @@ def misaligned(problem: Problem, config: Config, hardware: Hardware) -> tuple[bo
 
 def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool) -> Problem:
     """The kernel problem after copying A and/or B with their padded axes rounded up to
-    PAD_MULTIPLE (K, zero-filled, only if `pad_k`, which needs both operands copied)."""
+    PAD_MULTIPLE (K, zero-filled, only if `pad_k`, which needs both operands copied; a copied
+    operand's contiguous axis, M or N growing with it)."""
     if pad_k and not (pad_a and pad_b):
         raise ValueError("padding K copies both operands")
     k = round_up(problem.k) if pad_k else problem.k
-    lda = round_up(problem.m if problem.transpose_a else k) if pad_a else 0
-    ldb = round_up(k if problem.transpose_b else problem.n) if pad_b else 0
-    kernel = dataclasses.replace(problem, k=k, lda=0, ldb=0)
+    m = round_up(problem.m) if pad_a and problem.transpose_a else problem.m
+    n = round_up(problem.n) if pad_b and not problem.transpose_b else problem.n
+    lda = round_up(m if problem.transpose_a else k) if pad_a else 0
+    ldb = round_up(k if problem.transpose_b else n) if pad_b else 0
+    kernel = dataclasses.replace(problem, m=m, n=n, k=k, lda=0, ldb=0)
     # A leading dimension equal to the dense row length is stored as 0 (dense), so one padded
     # problem has one representation.
     return dataclasses.replace(
@@ -124,6 +132,16 @@ def copy_seconds(problem: Problem, kernel_problem: Problem, operand: str, hardwa
     rows, cols = stored_shape(problem, operand)
     rows_p, cols_p = stored_shape(kernel_problem, operand)
     moved = (rows * cols + rows_p * cols_p) * problem.operand_bytes
+    return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
+
+
+def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware) -> float:
+    """Predicted time of slicing a padded C [kernel M, kernel N] to the caller's [M, N] (0 when
+    the kernel runs the caller's M and N): read the padded C, write C, plus a launch."""
+    padded = kernel_problem.m * kernel_problem.n
+    if padded == problem.m * problem.n:
+        return 0.0
+    moved = (padded + problem.m * problem.n) * problem.out_bytes
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
@@ -166,6 +184,7 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
         win = rank(kernel, hardware)[0]
         copies = sum(copy_seconds(problem, kernel, operand, hardware)
                      for operand, padded in (("a", pad_a), ("b", pad_b)) if padded)
+        copies += slice_seconds(problem, kernel, hardware)
         candidates.append(dataclasses.replace(
             best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b,
             predicted_seconds=win.predicted_seconds + copies, copy_seconds=copies,
