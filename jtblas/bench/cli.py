@@ -330,7 +330,8 @@ class Runner:
             wanted.append(plan.nvmmh_config)
         wanted += plan.oracle_configs
         # The earlier search's leaders are re-timed carefully: compile them too.
-        wanted += [c for c, t, _ in sorted((x for x in plan.known if x[1] is not None), key=lambda x: x[1])[:oracle.CAREFUL_TOP]]
+        timed = sorted((x for x in plan.known if x[1] is not None), key=lambda x: x[1])
+        wanted += [c for c, _, _ in timed[:oracle.CAREFUL_TOP]]
         for config in wanted:
             if config not in plan.keys:
                 try:
@@ -631,7 +632,8 @@ class Runner:
             # What the search would cost on its own: its compiles spread over the pool, plus timing.
             first_call_s=compile_cpu / self.compiler.workers + timing_s,
             cached=bool(plan.cached), extended=len(plan.known), candidates_hash=plan.cand_hash,
-            candidates_s=plan.candidates_s, pick_in_candidates=pick_in, pick_rank=oracle.rank_of(pick, found["first"]) if pick_in else None,
+            candidates_s=plan.candidates_s, pick_in_candidates=pick_in,
+            pick_rank=oracle.rank_of(pick, found["first"]) if pick_in else None,
             top=[dict(config_short=c.short(), seconds=s) for c, s in sorted(found["careful"].items(),
                                                                             key=lambda x: x[1])],
         )
