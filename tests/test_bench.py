@@ -321,6 +321,18 @@ def test_report_writes_table_summary_and_plots(tmp_path):
     assert p["geomean"] == pytest.approx(math.exp(-sum(math.log(1 + 0.05 * i) for i in range(4)) / 4))
     assert s["groups"]["square"]["jtblas_over_xla"] == pytest.approx(math.sqrt(1.02 * 1.02 / 1.05))
     assert s["errors"] == {"nvmmh": 4}
+    assert s["repacked"] == 0 and s["geomeans"]["repack_over_oracle"] is None
+
+
+def test_repacked_picks_leave_the_pick_over_oracle_statistic():
+    """The oracle searches the caller's operands; a repacked pick is reported on its own."""
+    data = _synthetic_results()
+    odd = data["shapes"][3]["contenders"]
+    odd["jtblas"].update(repacked="AB", seconds=odd["oracle"]["seconds"] / 2)
+    s = report.summary(data)
+    assert s["pick_over_oracle"]["count"] == 3 and s["repacked"] == 1
+    assert s["geomeans"]["repack_over_oracle"] == pytest.approx(2.0)
+    assert s["groups"]["odd"]["repacked"] == 1 and s["groups"]["odd"]["pick_over_oracle"] is None
 
 
 def test_report_only_cli_and_empty_results(tmp_path):
@@ -382,7 +394,9 @@ def test_bench_smoke_on_two_tiny_shapes(tmp_path):
         # The pick's own careful time joins the oracle when the pick is a candidate; with the list
         # capped at 3 it may not be, and then it can beat the capped search.
         # A repacked pick runs a padded product the oracle does not search, so it may beat it.
-        if record["contenders"]["oracle"]["pick_in_candidates"] and not record["contenders"]["jtblas"].get("repacked"):
+        if record["contenders"]["jtblas"].get("repacked"):
+            assert record["ratios"]["pick_over_oracle"] is None and record["ratios"]["repack_over_oracle"] > 0
+        elif record["contenders"]["oracle"]["pick_in_candidates"]:
             assert record["ratios"]["pick_over_oracle"] <= 1.0
         else:
             assert record["ratios"]["pick_over_oracle"] > 0
