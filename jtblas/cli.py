@@ -105,6 +105,9 @@ def _bench(argv: list[str]) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from jtblas import calibrate, profiles
     from jtblas.hardware import PROFILE_ENV_VAR
+    from jtblas.launch import drop_blank_triton_cache_dir
+
+    drop_blank_triton_cache_dir()  # the microbenchmarks are Triton kernels launched on torch tensors
 
     reason = calibrate.find_gpu()
     if reason is not None:

@@ -98,6 +98,17 @@ def launch(
     raise NotImplementedError(f"jtblas has no kernel backend for platform {platform!r}")
 
 
+def drop_blank_triton_cache_dir() -> None:
+    """Removes TRITON_CACHE_DIR="" from the environment (Triton's default cache applies again).
+
+    A process that imported jax-triton directly, without `_jax_triton`'s restore, passes the blank
+    value on to its children; the commands that launch Triton kernels on torch tensors (`jtblas
+    bench`, `jtblas calibrate`) call this first, or every launch fails with "Could not create or
+    locate cache dir"."""
+    if os.environ.get("TRITON_CACHE_DIR") == "":
+        del os.environ["TRITON_CACHE_DIR"]
+
+
 @functools.cache
 def _jax_triton() -> Any:
     """jax_triton, imported on first CUDA launch (it cannot be imported with a CPU-only jaxlib).

@@ -254,3 +254,17 @@ def test_calibrate_quick_end_to_end(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert jtblas.select(4096, 4096, 4096, hardware=str(out)) is not None
+
+
+def test_blank_triton_cache_dir_is_dropped(monkeypatch):
+    """A jax-triton import leaves TRITON_CACHE_DIR="" to child processes; `jtblas calibrate` and
+    `jtblas bench` drop it before launching Triton kernels (on the H200 every microbenchmark of
+    the calibration test failed with "Could not create or locate cache dir" without this)."""
+    from jtblas.launch import drop_blank_triton_cache_dir
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "")
+    drop_blank_triton_cache_dir()
+    assert "TRITON_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/somewhere")
+    drop_blank_triton_cache_dir()
+    assert os.environ["TRITON_CACHE_DIR"] == "/tmp/somewhere"

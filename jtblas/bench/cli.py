@@ -72,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything initialises JAX's GPU backend: share the GPU with torch instead of letting
     # XLA take 75% of its memory up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    # jax-triton blanks TRITON_CACHE_DIR when imported (jtblas.launch restores it, but only on
-    # its own import); an empty value turns off the on-disk cache the compile workers fill, and
-    # every launch on torch tensors then fails with "Could not create or locate cache dir".
-    if os.environ.get("TRITON_CACHE_DIR") == "":
-        del os.environ["TRITON_CACHE_DIR"]
+    # An empty TRITON_CACHE_DIR (left by a jax-triton import) turns off the on-disk cache the
+    # compile workers fill.
+    from jtblas.launch import drop_blank_triton_cache_dir
+
+    drop_blank_triton_cache_dir()
     problem = _gpu_problem()
     if problem:
         print(f"{PROGRAM}: {problem}; nothing to run (use --report-only on a results JSON).", file=sys.stderr)
