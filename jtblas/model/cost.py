@@ -83,6 +83,11 @@ class Constants:
         An operand whose rows are only v-byte aligned is loaded v bytes at a time and costs
         full_vector_bytes / v times as much load-port time (shared/DESIGN.md: odd sizes run at
         15-30% of the aligned speed).
+      swizzle_bytes: the widest shared-memory swizzle of a wgmma operand (128 bytes; PTX ISA,
+        "Shared Memory Matrix Layout"). A stage buffer whose rows are shorter uses a narrower
+        swizzle and gets that fraction of the shared-memory bandwidth (`swizzle_efficiency`;
+        on the H200, 128x128x32 tiles, whose K-major rows are 64 bytes, ran 1.17x (NN) and
+        1.39x (NT, both operands K-major) slower than 128x128x64 at 4096x3584x3584).
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -93,6 +98,7 @@ class Constants:
     l2_usable_fraction: float = 0.5
     full_vector_bytes: int = 16
     line_bytes: int = 128
+    swizzle_bytes: int = 128
 
 
 DEFAULT_CONSTANTS = Constants()
@@ -231,6 +237,24 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     return width
 
 
+def swizzle_efficiency(problem: Problem, config: Config, operand: str,
+                       constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """Fraction of shared-memory bandwidth that `operand`'s ("a" or "b") stage buffer gets.
+
+    The buffer holds rows of the tile's extent along the operand's contiguous axis (block_k for a
+    K-major operand, block_m or block_n otherwise). Rows of 128 bytes or more take the 128-byte
+    swizzle, which spreads a row's 16-byte accesses over all 32 banks; shorter rows get the 64- or
+    32-byte swizzle (PTX ISA, wgmma "Shared Memory Matrix Layout"), whose accesses share banks:
+    the bandwidth falls with the row length, row bytes / 128.
+    """
+    element = problem.operand_bytes
+    if operand == "a":
+        row = (config.block_m if problem.transpose_a else config.block_k) * element
+    else:
+        row = (config.block_k if problem.transpose_b else config.block_n) * element
+    return min(1.0, row / constants.swizzle_bytes)
+
+
 def line_efficiency(problem: Problem, config: Config, operand: str,
                     constants: Constants = DEFAULT_CONSTANTS) -> float:
     """Fraction of each DRAM line fetched for `operand` ("a" or "b") that the tile uses: a tile
@@ -306,8 +330,11 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     a_step = bm * bk * element
     b_step = bk * bn * element
     step_mma = 2.0 * bm * bn * bk * mma_seconds_per_flop(config, problem, hardware, constants)
-    # Shared memory: the MMA operand reads plus the async copies writing the next stage.
-    smem_traffic = resources.shared_memory_reads_per_step(config, problem, hardware) + a_step + b_step
+    # Shared memory: the MMA operand reads plus the async copies writing the next stage, each
+    # operand's bytes divided by the efficiency of its swizzle (rows shorter than 128 bytes).
+    a_reads, b_reads = resources.shared_memory_reads_per_step(config, problem, hardware, split=True)
+    smem_traffic = ((a_reads + a_step) / swizzle_efficiency(problem, config, "a", constants)
+                    + (b_reads + b_step) / swizzle_efficiency(problem, config, "b", constants))
     step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
     # Load port: narrow (misaligned or masked) loads cost full/width times as much per byte.
     step_load = (
@@ -388,5 +415,5 @@ def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
 
 
 __all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "predicted_seconds",
-           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "dram_operand_bytes",
-           "reduction_seconds"]
+           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "swizzle_efficiency",
+           "dram_operand_bytes", "reduction_seconds"]

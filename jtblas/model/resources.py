@@ -111,7 +111,8 @@ def warp_grid(config: Config, problem: Problem, hardware: Hardware) -> tuple[int
     return warps_m, warps_n
 
 
-def shared_memory_reads_per_step(config: Config, problem: Problem, hardware: Hardware) -> int:
+def shared_memory_reads_per_step(config: Config, problem: Problem, hardware: Hardware,
+                                 *, split: bool = False) -> int | tuple[int, int]:
     """Bytes the tensor-core (or FMA) instructions read from shared memory per K step of one tile.
 
     wgmma: each warpgroup issues one m64·n·k instruction per 64 of its rows, and each reads its
@@ -119,13 +120,13 @@ def shared_memory_reads_per_step(config: Config, problem: Problem, hardware: Har
     64 rows of the tile: bytes = block_k · (block_m · warpgroups_n + block_n · block_m / 64).
     mma.sync/FMA: each warp loads its A rows and its B columns (ldmatrix):
     bytes = block_k · (block_m · warps_n + block_n · warps_m).
+    With `split`, the A and B parts as a pair.
     """
     warps_m, warps_n = warp_grid(config, problem, hardware)
-    if uses_wgmma(config, problem, hardware):
-        elements = config.block_m * warps_n + config.block_n * (config.block_m // WGMMA_ROWS)
-    else:
-        elements = config.block_m * warps_n + config.block_n * warps_m
-    return config.block_k * elements * problem.operand_bytes
+    b_readers = config.block_m // WGMMA_ROWS if uses_wgmma(config, problem, hardware) else warps_m
+    a_bytes = config.block_k * config.block_m * warps_n * problem.operand_bytes
+    b_bytes = config.block_k * config.block_n * b_readers * problem.operand_bytes
+    return (a_bytes, b_bytes) if split else a_bytes + b_bytes
 
 
 def register_limited_programs(config: Config, hardware: Hardware) -> int:
