@@ -324,6 +324,24 @@ def test_report_writes_table_summary_and_plots(tmp_path):
     assert s["repacked"] == 0 and s["geomeans"]["repack_over_oracle"] is None
 
 
+def test_small_m_rows_compare_with_a_copy_of_the_weight(tmp_path):
+    data = _synthetic_results()
+    decode = data["shapes"][2]  # 1 x 6144 x 4096: a 50 MB weight
+    weight = 6144 * 4096 * 2
+    decode["copy_same_bytes"] = dict(bytes=weight, bytes_per_s=3.4e12)
+    decode["contenders"]["jtblas"]["seconds"] = weight / 3.06e12
+    rows = report.decode_rows(data["shapes"])
+    assert [r["name"] for r in rows] == ["llama.qkv.fwd.M1"]  # only M <= 16 with a copy measured
+    assert rows[0]["jtblas"]["copy_ratio"] == pytest.approx(0.9)
+    s = report.summary(data)
+    assert s["decode"]["weight >= 50 MB"]["shapes"] == 1
+    assert s["decode"]["weight >= 50 MB"]["geomean"] == pytest.approx(0.9)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    text = report.write_report(path, tmp_path / "rep")["table"].read_text()
+    assert "a copy of the same bytes" in text and "3060 (90%)" in text
+
+
 def test_repacked_picks_leave_the_pick_over_oracle_statistic():
     """The oracle searches the caller's operands; a repacked pick is reported on its own."""
     data = _synthetic_results()

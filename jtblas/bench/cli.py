@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 
 from jtblas.bench import shapes as shapes_mod
+from jtblas.bench.report import SMALL_M
+from jtblas.config import OPERAND_DTYPE_BYTES
 
 # Seconds kept back from --time-budget for the last shape's tail, the report and the plots.
 RESERVE_S = 25.0
@@ -252,7 +254,7 @@ class Runner:
     def _measure_device(self) -> None:
         """Copy bandwidth and the JAX checks (while the pool compiles the first shapes)."""
         C, timing = self.C, self.timing
-        self.meta["copy_bandwidth"] = self._safe(lambda: timing.copy_bandwidth(self.timer))
+        self.meta["copy_bandwidth"] = self._safe(lambda: timing.copy_bandwidth(self.timer, warm_s=0.5))
         import jax
 
         try:
@@ -517,6 +519,10 @@ class Runner:
         estimate = min((c["seconds"] for c in cont.values() if _ok(c)), default=shape.flops / 500e12)
         ops.free()  # the closures above keep `ops`; its buffers go now
         torch.cuda.empty_cache()
+        if shape.m <= SMALL_M:  # the practical ceiling of streaming the weight: a copy of its bytes
+            weight_bytes = shape.k * shape.n * OPERAND_DTYPE_BYTES[shape.dtype]
+            record["copy_same_bytes"] = self._safe(
+                lambda: self.timing.copy_bandwidth(self.timer, nbytes=weight_bytes, nbuf=nbuf))
         if "xla" in self.contenders:
             cont["xla"] = (self._guard(lambda: self._jax(shape, C.xla_dot(shape), nbuf, estimate))
                            if self.jax_ok else dict(error="JAX sees no GPU"))

@@ -70,6 +70,24 @@ def ratios(record: dict) -> dict:
     )
 
 
+def decode_rows(records: list[dict]) -> list[dict]:
+    """Small-M shapes (M ≤ SMALL_M) with a same-size copy measured: the weight's bytes per second
+    through jtblas, cuBLAS and XLA against a device-to-device copy of the weight's bytes (counted
+    read + write: the practical ceiling at that size), largest weight first."""
+    rows = []
+    for r in records:
+        copy = r.get("copy_same_bytes") or {}
+        copy_bw = copy.get("bytes_per_s")
+        if r["M"] > SMALL_M or not copy_bw:
+            continue
+        row = dict(name=r["name"], shape=_shape(r), weight_bytes=copy["bytes"], copy_bytes_per_s=copy_bw)
+        for name in ("jtblas", "cublas", "xla"):
+            t = seconds(r, name)
+            row[name] = dict(bytes_per_s=copy["bytes"] / t, copy_ratio=copy["bytes"] / t / copy_bw) if t else None
+        rows.append(row)
+    return sorted(rows, key=lambda x: -x["weight_bytes"])
+
+
 def geomean(values) -> float | None:
     values = [v for v in values if v]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
@@ -126,9 +144,20 @@ def summary(results) -> dict:
             "tutorial_over_oracle", "nvmmh_over_oracle", "jax_over_torch_launch", "repack_over_oracle")},
         repacked=sum(1 for _, x in rs if x["repack_over_oracle"]),
         groups=groups,
+        decode=_decode_summary(decode_rows(records)),
         first_call_s={name: first_call(name) for name in CONTENDERS},
         errors=dict(errors),
     )
+
+
+def _decode_summary(rows: list[dict]) -> dict:
+    """jtblas's copy ratio by weight size: ≥ 50 MB, 20-50 MB and < 20 MB (issue 6's classes)."""
+    classes = {"weight >= 50 MB": (50e6, math.inf), "20-50 MB": (20e6, 50e6), "< 20 MB": (0, 20e6)}
+    out = {}
+    for label, (lo, hi) in classes.items():
+        ratios_ = [r["jtblas"]["copy_ratio"] for r in rows if lo <= r["weight_bytes"] < hi and r["jtblas"]]
+        out[label] = dict(shapes=len(ratios_), geomean=geomean(ratios_), min=min(ratios_, default=None))
+    return out
 
 
 def _shape(r: dict) -> str:
@@ -206,6 +235,21 @@ def markdown(results) -> str:
     for name, grp in s["groups"].items():
         out.append(f"| {name} | {grp['shapes']} | {_f(grp['jtblas_over_xla'], 3)} | "
                    f"{_f(grp['jtblas_over_cublas'], 3)} | {_f(grp['pick_over_oracle'], 3)} |")
+    rows = decode_rows(records)
+    if rows:
+        out += ["", "### Small M: the weight streamed vs a copy of the same bytes", "",
+                ("Bytes of the weight (K×N) per second; the copy is `dst.copy_(src)` of the weight's bytes in "
+                 "the same run (read + write counted), the practical ceiling at that size."), "",
+                "| shape | M×N×K layout | weight MB | copy GB/s | jtblas GB/s (÷ copy) | cuBLAS GB/s (÷ copy) "
+                "| XLA GB/s (÷ copy) |", "|---|---|---|---|---|---|---|"]
+        for row in rows:
+            cells = [f"{row[c]['bytes_per_s'] / 1e9:.0f} ({row[c]['copy_ratio']:.0%})" if row[c] else "–"
+                     for c in ("jtblas", "cublas", "xla")]
+            out.append(f"| {row['name']} | {row['shape']} | {row['weight_bytes'] / 1e6:.0f} | "
+                       f"{row['copy_bytes_per_s'] / 1e9:.0f} | " + " | ".join(cells) + " |")
+        out += ["", "jtblas ÷ copy by weight size: " + "; ".join(
+            f"{label}: {_f(v['geomean'], 2)} geomean, {_f(v['min'], 2)} min over {v['shapes']}"
+            for label, v in s["decode"].items() if v["shapes"])]
     if s["errors"]:
         out += ["", "Errors per contender: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items())
                 + " (details in results.json)."]
@@ -223,8 +267,9 @@ def markdown(results) -> str:
         bw = ""
         if r["M"] <= SMALL_M and gbps(r, "jtblas"):
             bw = f"{gbps(r, 'jtblas'):.0f}"
-            if copy_bw:
-                bw += f" ({gbps(r, 'jtblas') * 1e9 / copy_bw:.0%})"
+            ceiling = (r.get("copy_same_bytes") or {}).get("bytes_per_s") or copy_bw
+            if ceiling:
+                bw += f" ({gbps(r, 'jtblas') * 1e9 / ceiling:.0%})"
         pick = (r["contenders"].get("jtblas") or {}).get("config_short", "")
         out.append(f"| {r['name']} | {_shape(r)} | " + " | ".join(cells)
                    + f" | {_f(x['pick_over_oracle'], 3)} | {_f(x['jtblas_over_xla'], 2)} | "
