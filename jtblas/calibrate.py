@@ -169,7 +169,8 @@ class Calibration:
     def dram_copy(self) -> None:
         from jtblas.bench.timing import copy_bandwidth
 
-        self.measured["dram_copy"] = copy_bandwidth(self.timer, nbytes=self.plan.copy_bytes)
+        # Copies for 0.2 s first: an idle GPU's first measurement reads low (clocks ramping up).
+        self.measured["dram_copy"] = copy_bandwidth(self.timer, nbytes=self.plan.copy_bytes, warm_s=0.2)
 
     def gemm(self, dtype_name: str) -> None:
         """cuBLAS through torch.matmul: bf16/fp16, fp32 as tf32 ("tf32"), or fp32 without tensor
