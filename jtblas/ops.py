@@ -39,7 +39,8 @@ def repack_mode(mode: str):
     """Within the block, products traced by `matmul` (their backward GEMMs included) repack as
     `mode` says: "auto" (the model decides; the default), "always" (A and B are copied with K and
     both leading dimensions padded to multiples of 64, also with an explicit `config=`, which then
-    runs on the padded problem), or "never". For tests and experiments; the mode is read at trace
+    runs on the padded problem), "transpose" (a B stored [N, K] is copied transposed into [K, N]
+    and the model's config for that problem runs), or "never". For tests and experiments; the mode is read at trace
     time, so a function jitted before the block keeps its traced decision."""
     if mode not in repack.REPACK_MODES:
         raise ValueError(f"jtblas: repack mode must be one of {repack.REPACK_MODES}, got {mode!r}")
@@ -268,6 +269,8 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     if config is None:
         plan = repack.plan_for_problem(problem, hardware.detect(), static.repack)
         problem, config = plan.kernel_problem, plan.config
+        if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
+            b = jnp.swapaxes(b, 1, 2)
     else:  # checked here, per launched problem: batching may have folded more rows into M
         if static.repack == "always":
             problem = repack.padded_problem(problem, pad_a=True, pad_b=True,

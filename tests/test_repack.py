@@ -6,6 +6,7 @@ decisions on the H200 description; candidates of aligned shapes unchanged; CUDA 
 """
 
 import dataclasses
+import functools
 import itertools
 
 import jax
@@ -206,6 +207,48 @@ def test_vocab_projection_pads_only_the_weight():
     assert p.kernel_problem.n == 50304
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["NT", "TT"])
+@pytest.mark.parametrize("m,n,k", [(7, 13, 197), (45, 71, 83), (64, 32, 128)])
+def test_transposed_b_copy_matches_float64(m, n, k, transpose_a, dtype, rng):
+    """B stored [N, K] copied into [K, N] (the kernel runs NN or TN), forced on: odd and aligned
+    sizes; the gradients go through the same plan."""
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=True)
+    run = product(transpose_a, True, config=None)
+    with ops.repack_mode("transpose"):
+        text = str(jax.make_jaxpr(run)(a, b))
+    assert "transpose[" in text  # the copy is there, so the check below is of the transposed path
+    out = forced(run, "transpose")(a, b)
+    assert out.shape == (m, n) and relative_error(out, reference) < tolerance(dtype, dtype)
+
+
+def test_grad_through_transposed_b_copy(rng):
+    a, b, _ = random_operands(rng, 9, 13, 11, "float32", transpose_b=True)
+    hi = jax.lax.Precision.HIGHEST
+    ours = lambda x, y: jnp.sum(jnp.sin(jtblas.matmul(x, y, transpose_b=True, precision=hi)))
+    with ops.repack_mode("transpose"):
+        grads = jax.jit(jax.grad(ours, argnums=(0, 1)))(a, b)
+    expected = jax.grad(lambda x, y: jnp.sum(jnp.sin(jnp.dot(x, y.T, precision=hi))), argnums=(0, 1))(a, b)
+    for got, want in zip(grads, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_model_transposes_a_k_major_b_when_it_pays():
+    """NT (a dx GEMM) on the H200: a copy of B into [K, N] plus the NN kernel beats the NT kernel
+    for large products (k_major_b_efficiency); not for small ones, not without wgmma, never NN."""
+    big = plan(4096, 4096, 14336, "NT")
+    assert big.repacks and big.transpose_b and big.pad_b and not big.pad_a
+    assert not big.kernel_problem.transpose_b and big.kernel_problem.k == 14336
+    assert big.copy_seconds > 0 and big.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * big.plain_seconds
+    assert "transposed" in big.reason
+    assert plan(4096, 4096, 4096, "TT").kernel_problem.layout == "TN"
+    assert not plan(4096, 768, 768, "NT").transpose_b  # the copy's launch is not paid back
+    assert not plan(4096, 4096, 14336, "NT", gpu="a100").transpose_b  # mma.sync: no K-major penalty
+    assert not plan(4096, 4096, 14336, "NN").repacks
+    with pytest.raises(ValueError, match="transpose"):
+        repack.padded_problem(Problem(m=8, n=8, k=8), pad_a=False, pad_b=True, pad_k=False, transpose_b=True)
+
+
 def test_wrapped_offsets_limit_the_load_width():
     """The kernel's tile offsets wrap at N (M) and are contiguous only in runs of N's (M's)
     power-of-two divisor: an aligned row stride alone does not make B's loads wide."""
@@ -229,7 +272,7 @@ def test_repacked_large_tiles_on_gpu(transpose_a, transpose_b, rng):
     m, n, k = 1001, 2974, 1431
     a, b, reference = random_operands(rng, m, n, k, "bfloat16", transpose_a=transpose_a, transpose_b=transpose_b)
     run = product(transpose_a, transpose_b, config=None)
-    for mode in ("always", "auto"):
+    for mode in ("always", "auto") + (("transpose",) if transpose_b else ()):
         out = forced(run, mode)(a, b)
         assert out.shape == (m, n)
         assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
@@ -246,3 +289,12 @@ def test_repacked_product_compiles_for_sm90(monkeypatch):
     b = jax.ShapeDtypeStruct((3399, 4501), jnp.bfloat16)
     text = lower_for_cuda(jtblas.matmul, a, b)
     assert "triton_kernel_call" in text and text.count("stablehlo.pad") == 2
+
+
+def test_transposed_b_plan_compiles_for_sm90(monkeypatch):
+    """A dx-shaped NT product the model runs as a transposed copy of B plus the NN kernel."""
+    monkeypatch.setenv(hardware.ENV_VAR, "h200")
+    a = jax.ShapeDtypeStruct((4096, 14336), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((4096, 14336), jnp.bfloat16)  # stored [N, K]
+    text = lower_for_cuda(functools.partial(jtblas.matmul, transpose_b=True), a, b)
+    assert "triton_kernel_call" in text and "stablehlo.transpose" in text

@@ -476,7 +476,8 @@ class Runner:
             repack = plan.repack if extra and "select_s" in extra else None
             if repack is not None:  # the model's pick copies operands first: time copies + kernel
                 launch = C.repacked_launcher(ops, repack)
-                entry.update(repacked="A" * repack.pad_a + "B" * repack.pad_b, method_note=repack.reason)
+                entry.update(repacked="A" * repack.pad_a + "B" * repack.pad_b + "ᵀ" * repack.transpose_b,
+                             method_note=repack.reason)
                 entry["seconds"] = careful(launch)
                 entry["method"] = self.timer.last_method
                 entry["max_rel_err"] = ops.error(launch)

@@ -215,24 +215,26 @@ def repack_plan(problem: Problem):
 def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
     """launch(i): what `jtblas.matmul` runs for a repacking `jtblas.model.Plan`: the misaligned
     operands copied into zero-padded buffers (K and the leading dimension rounded up; the padding
-    is zeroed once, as the copies never touch it), then the kernel on the padded problem, and, if
-    M or N was padded, C's slice copied out of the padded C. The copies are part of the timed
-    product."""
+    is zeroed once, as the copies never touch it; a B stored [N, K] maybe transposed into
+    [K, N]), then the kernel on the padded problem, and, if M or N was padded, C's slice copied
+    out of the padded C. The copies are part of the timed product."""
+    from jtblas.model import repack
+
     torch = ops.torch
     problem, kernel_problem = plan.problem, plan.kernel_problem
+    # What is copied: A as stored; B as stored, or B [N, K] transposed into [K, N].
+    sources = dict(a=ops.a, b=[x.t() for x in ops.b] if plan.transpose_b else ops.b)
 
-    def padded_copies(stored, pad, rows, row_stride):
+    def padded_copies(operand, pad):
         if not pad:
-            return stored, None
-        buffers = [torch.zeros((rows, row_stride), device="cuda", dtype=x.dtype) for x in stored]
-        views = [buf[: x.shape[0], : x.shape[1]] for buf, x in zip(buffers, stored)]
+            return sources[operand], None
+        rows, row_stride = repack.stored_shape(kernel_problem, operand)
+        buffers = [torch.zeros((rows, row_stride), device="cuda", dtype=x.dtype) for x in sources[operand]]
+        views = [buf[: x.shape[0], : x.shape[1]] for buf, x in zip(buffers, sources[operand])]
         return buffers, views
 
-    k = kernel_problem.k
-    a_rows = k if problem.transpose_a else problem.m
-    b_rows = problem.n if problem.transpose_b else k
-    a_buffers, a_views = padded_copies(ops.a, plan.pad_a, a_rows, kernel_problem.a_row_stride)
-    b_buffers, b_views = padded_copies(ops.b, plan.pad_b, b_rows, kernel_problem.b_row_stride)
+    a_buffers, a_views = padded_copies("a", plan.pad_a)
+    b_buffers, b_views = padded_copies("b", plan.pad_b)
     sliced = (kernel_problem.m, kernel_problem.n) != (problem.m, problem.n)
     c_out = ([torch.empty((kernel_problem.m, kernel_problem.n), device="cuda", dtype=x.dtype) for x in ops.c]
              if sliced else ops.c)
@@ -240,9 +242,9 @@ def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
 
     def launch(i):
         if a_views is not None:
-            a_views[i].copy_(ops.a[i])
+            a_views[i].copy_(sources["a"][i])
         if b_views is not None:
-            b_views[i].copy_(ops.b[i])
+            b_views[i].copy_(sources["b"][i])
         kernel(i)
         if sliced:
             ops.c[i].copy_(c_out[i][: problem.m, : problem.n])

@@ -88,6 +88,11 @@ class Constants:
         swizzle and gets that fraction of the shared-memory bandwidth (`swizzle_efficiency`;
         on the H200, 128x128x32 tiles, whose K-major rows are 64 bytes, ran 1.17x (NN) and
         1.39x (NT, both operands K-major) slower than 128x128x64 at 4096x3584x3584).
+      k_major_b_efficiency: our kernel's wgmma rate with B stored [N, K] (NT, TT: K-major B)
+        relative to B stored [K, N]. Measured on the H200 (Triton 3.6), best config of each
+        layout from the exhaustive search: NT ÷ NN 0.77 at 4096³, 0.78 at 4096x4096x14336, 0.87
+        at 4096x768x768, 0.89 at 4096x3584x3584; loading B as [N, K] rows and transposing in
+        the kernel (`tl.trans`) did not change it. Calibration.
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -99,6 +104,7 @@ class Constants:
     full_vector_bytes: int = 16
     line_bytes: int = 128
     swizzle_bytes: int = 128
+    k_major_b_efficiency: float = 0.8
 
 
 DEFAULT_CONSTANTS = Constants()
@@ -188,8 +194,9 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
     """Seconds per FLOP on one SM's tensor cores (or FMA units) for this tile's instructions.
 
     fp32 with input_precision "ieee" runs on FMA units (hardware.fp32_flops); otherwise the
-    tensor-core rate of the dtype (fp32 meaning tf32), divided by the mma.sync penalty where a
-    wgmma GPU runs a tile too short for wgmma (block_m < 64).
+    tensor-core rate of the dtype (fp32 meaning tf32), times the mma.sync fraction where a
+    wgmma GPU runs a tile too short for wgmma (block_m < 64), or times `k_major_b_efficiency`
+    where a wgmma tile reads a K-major B (stored [N, K]).
     """
     if resources.uses_fma(problem):
         rate = hardware.fp32_flops
@@ -197,6 +204,8 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
         rate = hardware.tensor_flops[problem.dtype]
         if hardware.wgmma and not resources.uses_wgmma(config, problem, hardware):
             rate *= constants.mma_sync_fraction_on_wgmma_gpu
+        elif hardware.wgmma and problem.transpose_b:
+            rate *= constants.k_major_b_efficiency
     return hardware.sm_count / rate
 
 

@@ -9,7 +9,10 @@ kernel on zero-padded copies at 580-700 (issue 7). `plan_for_problem` weighs the
     repacked = best predicted time over candidates(padded problem) + Σ copies
     copy     = (stored bytes read + padded bytes written) / DRAM bandwidth + one launch
 
-and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. A copied operand has both its
+and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. On a wgmma GPU, a B stored
+[N, K] (transpose_b) may also be copied transposed, into [K, N]: the kernel then runs the NN (TN)
+layout, whose tensor cores are not slowed by a K-major B (`Constants.k_major_b_efficiency`), for
+the price of one copy of B. A copied operand has both its
 axes' padding zero-filled, with the padded axes rounded up to PAD_MULTIPLE elements: K (so the
 product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
 When that contiguous axis is M (A transposed) or N (B not transposed), the padded problem's M (N)
@@ -48,8 +51,9 @@ PAD_MULTIPLE = 64
 REPACK_MIN_GAIN = 0.05
 # How a repack decision can be overridden (tests and experiments only, never the default):
 # "auto" lets the model decide, "always" pads every axis it can (K and both leading dimensions),
-# "never" keeps the plain kernel.
-REPACK_MODES = ("auto", "always", "never")
+# "transpose" copies a B stored [N, K] transposed (padding K if it must), "never" keeps the plain
+# kernel.
+REPACK_MODES = ("auto", "always", "transpose", "never")
 
 
 def round_up(value: int, multiple: int = PAD_MULTIPLE) -> int:
@@ -67,6 +71,8 @@ class Plan:
         contiguous axis; C is then [kernel M, kernel N], sliced to the caller's shape.
       config: the kernel's config for `kernel_problem` (what `jtblas.select` returns).
       pad_a, pad_b: A (B) is copied into a zero-padded [rows, lda] buffer before the launch.
+      transpose_b: B, stored [N, K], is copied transposed into [K, N] (with pad_b): the kernel
+        problem has transpose_b False.
       predicted_seconds: the kernel's predicted time plus `copy_seconds`.
       plain_config, plain_seconds: the best config and predicted time without repacking.
       copy_seconds: the predicted time of the copies, C's slice included (0 without repacking).
@@ -78,6 +84,7 @@ class Plan:
     config: Config
     pad_a: bool = False
     pad_b: bool = False
+    transpose_b: bool = False
     predicted_seconds: float
     plain_config: Config
     plain_seconds: float
@@ -107,12 +114,18 @@ def misaligned(problem: Problem, config: Config, hardware: Hardware) -> tuple[bo
     return tuple(cost.vector_bytes(problem, config, operand, constants) < full for operand in ("a", "b"))
 
 
-def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool) -> Problem:
+def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool,
+                   transpose_b: bool = False) -> Problem:
     """The kernel problem after copying A and/or B with their padded axes rounded up to
     PAD_MULTIPLE (K, zero-filled, only if `pad_k`, which needs both operands copied; a copied
-    operand's contiguous axis, M or N growing with it)."""
+    operand's contiguous axis, M or N growing with it). `transpose_b`: B [N, K] is copied into
+    [K, N] (the layout loses its transposed B; needs `pad_b`)."""
     if pad_k and not (pad_a and pad_b):
         raise ValueError("padding K copies both operands")
+    if transpose_b:
+        if not (pad_b and problem.transpose_b):
+            raise ValueError("transposing B copies a B stored [N, K] (transpose_b)")
+        problem = dataclasses.replace(problem, transpose_b=False, ldb=0)
     k = round_up(problem.k) if pad_k else problem.k
     m = round_up(problem.m) if pad_a and problem.transpose_a else problem.m
     n = round_up(problem.n) if pad_b and not problem.transpose_b else problem.n
@@ -145,17 +158,29 @@ def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware)
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
-def _options(problem: Problem, narrow: tuple[bool, bool], mode: str) -> list[tuple[bool, bool, bool]]:
-    """(pad_a, pad_b, pad_k) repack options worth ranking. K whose bytes are not a multiple of 16
-    is padded (both operands copied); otherwise each narrow operand may be copied alone, or both."""
+def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
+             hardware: Hardware) -> list[tuple[bool, bool, bool, bool]]:
+    """(pad_a, pad_b, pad_k, transpose_b) repack options worth ranking. K whose bytes are not a
+    multiple of 16 is padded (both operands copied); otherwise each narrow operand may be copied
+    alone, or both. A B stored [N, K] on a wgmma GPU may be copied transposed as well."""
     if mode == "always":
-        return [(True, True, problem.k % PAD_MULTIPLE != 0)]
-    if mode == "never" or not any(narrow):
+        return [(True, True, problem.k % PAD_MULTIPLE != 0, False)]
+    if mode == "never":
         return []
-    if problem.k * problem.operand_bytes % 16:
-        return [(True, True, True)]
-    singles = [(a, b, False) for a, b in ((True, False), (False, True)) if narrow[0 if a else 1]]
-    return singles + ([(True, True, False)] if len(singles) == 2 else [])
+    pad_k = problem.k * problem.operand_bytes % 16 != 0
+    if mode == "transpose":
+        return [(pad_k, True, pad_k, True)] if problem.transpose_b else []
+    options = []
+    if any(narrow):
+        if problem.k * problem.operand_bytes % 16:
+            options = [(True, True, True)]
+        else:
+            singles = [(a, b, False) for a, b in ((True, False), (False, True)) if narrow[0 if a else 1]]
+            options = singles + ([(True, True, False)] if len(singles) == 2 else [])
+    options = [(*option, False) for option in options]
+    if problem.transpose_b and hardware.wgmma:
+        options.append((pad_k or narrow[0], True, pad_k, True))
+    return options
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
@@ -173,30 +198,33 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
     best = Plan(problem=problem, kernel_problem=problem, config=plain.config,
                 predicted_seconds=plain.predicted_seconds, plain_config=plain.config,
                 plain_seconds=plain.predicted_seconds)
-    options = _options(problem, narrow, mode)
+    options = _options(problem, narrow, mode, hardware)
     if not options:
         reason = ("operands load at full vector width: nothing to repack" if not any(narrow)
                   else "repacking turned off")
         return dataclasses.replace(best, reason=reason)
     candidates = []
-    for pad_a, pad_b, pad_k in options:
-        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k)
+    for pad_a, pad_b, pad_k, transpose_b in options:
+        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k, transpose_b=transpose_b)
         win = rank(kernel, hardware)[0]
         copies = sum(copy_seconds(problem, kernel, operand, hardware)
                      for operand, padded in (("a", pad_a), ("b", pad_b)) if padded)
         copies += slice_seconds(problem, kernel, hardware)
         candidates.append(dataclasses.replace(
-            best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b,
+            best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b, transpose_b=transpose_b,
             predicted_seconds=win.predicted_seconds + copies, copy_seconds=copies,
         ))
-    repacked = min(candidates, key=lambda p: p.predicted_seconds)
+    repacked = min(candidates, key=lambda p: (p.predicted_seconds, p.transpose_b))
     which = " and ".join(name for name, padded in (("A", repacked.pad_a), ("B", repacked.pad_b)) if padded)
-    words = (f"{_narrow_words(narrow)}; copying {which} to run {repacked.kernel_problem.short()} predicts "
+    if repacked.transpose_b:
+        which += " (B transposed to [K, N])"
+    why = _narrow_words(narrow) if any(narrow) else "B is K-major (stored [N, K]), slower on the tensor cores"
+    words = (f"{why}; copying {which} to run {repacked.kernel_problem.short()} predicts "
              f"{_us(repacked.predicted_seconds)} ({_us(repacked.predicted_seconds - repacked.copy_seconds)} "
              f"kernel + {_us(repacked.copy_seconds)} copies) against {_us(plain.predicted_seconds)} plain "
              f"({plain.config.short()})")
-    if mode == "always":
-        return dataclasses.replace(repacked, reason=f"{words}: repacking forced")
+    if mode != "auto":
+        return dataclasses.replace(repacked, reason=f"{words}: repacking forced ({mode})")
     if repacked.predicted_seconds < (1 - REPACK_MIN_GAIN) * plain.predicted_seconds:
         return dataclasses.replace(repacked, reason=f"{words}: it repacks")
     return dataclasses.replace(
