@@ -5,7 +5,11 @@ is `jax.value_and_grad` of a scalar loss with respect to the parameters and the 
 GEMMs of training: two forward, two dx, two dw). Both variants share parameters and inputs and
 are timed in the same run by the slope method of `matmul_vs_xla.seconds_per_call`.
 
-    python benchmarks/mlp_block.py [--tokens 8192 --hidden 4096 --ffn 14336]
+    python benchmarks/mlp_block.py [--tokens 8192 --hidden 4096 --ffn 14336] [--repack-modes auto,never]
+
+`--repack-modes` times jtblas once per repack mode (`jtblas.ops.repack_mode`, read at trace time):
+"auto" is the model's plan (which may copy a weight transposed for the dx GEMMs), "never" keeps
+every GEMM on the caller's operands.
 """
 
 from __future__ import annotations
@@ -57,24 +61,30 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--ffn", type=int, default=14336)
+    parser.add_argument("--repack-modes", default="auto")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.repack_modes.split(",") if m.strip()]
     x = jax.random.normal(jax.random.key(0), (args.tokens, args.hidden), jnp.bfloat16)
     flax_block = Block(args.hidden, args.ffn, nn.Dense)
     ours_block = Block(args.hidden, args.ffn, jtblas.nn.Dense)
     params = flax_block.init(jax.random.key(1), x)
     # The same parameter tree serves both (jtblas.nn.Dense keeps Flax's names and shapes).
-    flax_seconds = seconds_per_call(step_function(flax_block, params), x, None, repeats=4, trials=3)
-    ours_seconds = seconds_per_call(step_function(ours_block, params), x, None, repeats=4, trials=3)
     flops = 6 * 2 * args.tokens * args.hidden * args.ffn
-    print(f"MLP block fwd+bwd, {args.tokens} tokens, {args.hidden}->{args.ffn}->{args.hidden} bf16:")
-    print(f"  flax.linen.Dense  {flax_seconds * 1e3:8.3f} ms  ({flops / flax_seconds / 1e12:.0f} TFLOP/s)")
-    print(f"  jtblas.nn.Dense   {ours_seconds * 1e3:8.3f} ms  ({flops / ours_seconds / 1e12:.0f} TFLOP/s)")
-    print(f"  speed-up (flax time / jtblas time): {flax_seconds / ours_seconds:.3f}")
+    print(f"MLP block fwd+bwd, {args.tokens} tokens, {args.hidden}->{args.ffn}->{args.hidden} bf16:", flush=True)
+    flax_seconds = seconds_per_call(step_function(flax_block, params), x, None, repeats=4, trials=3)
+    print(f"  flax.linen.Dense           {flax_seconds * 1e3:8.3f} ms  ({flops / flax_seconds / 1e12:.0f} TFLOP/s)",
+          flush=True)
+    ours = {}
+    for mode in modes:
+        with jtblas.ops.repack_mode(mode):  # read while the step is traced (inside seconds_per_call)
+            ours[mode] = seconds_per_call(step_function(ours_block, params), x, None, repeats=4, trials=3)
+        print(f"  jtblas.nn.Dense ({mode:9s}) {ours[mode] * 1e3:8.3f} ms  ({flops / ours[mode] / 1e12:.0f} TFLOP/s)"
+              f"  speed-up (flax time / jtblas time): {flax_seconds / ours[mode]:.3f}", flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(
             device=jax.devices()[0].device_kind, jax=jax.__version__, tokens=args.tokens,
-            hidden=args.hidden, ffn=args.ffn, flax_seconds=flax_seconds, jtblas_seconds=ours_seconds,
+            hidden=args.hidden, ffn=args.ffn, flax_seconds=flax_seconds, jtblas_seconds=ours,
         ), indent=1))
 
 
