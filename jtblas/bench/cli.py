@@ -225,8 +225,9 @@ class Runner:
                                   "spanning >= 0.3 ms, one replay; the best 5 re-timed like the pick",
                 xla="slope (t(2R) - t(R)) / R of a jitted lax.fori_loop running lax.dot_general once per "
                     "operand set per iteration, chained through A[0,0]; median of 5 per R",
-                jtblas_jax="jtblas.matmul (jax-triton) in the same slope loop as XLA",
-                copy="dst.copy_(src) of 1 GiB in a CUDA graph; bandwidth counts read + write",
+                jtblas_jax="jtblas.matmul (jax-triton, the model's whole plan) in the same slope loop as XLA",
+                copy=("dst.copy_(src) of 256 MiB in a CUDA graph, after 0.5 s of copies; bandwidth counts read + "
+                      "write; M <= 16 shapes: also a copy of the weight's bytes (same rotation of buffers)"),
             ),
         )
         import jtblas
@@ -528,7 +529,9 @@ class Runner:
             cont["xla"] = (self._guard(lambda: self._jax(shape, C.xla_dot(shape), nbuf, estimate))
                            if self.jax_ok else dict(error="JAX sees no GPU"))
         if jax_check and self.jax_ok and plan.pick is not None and self.jax_triton_error is None:
-            c = self._guard(lambda: self._jax(shape, C.jtblas_dot(shape, plan.pick), nbuf, estimate))
+            # config=None: what a user's jtblas.matmul runs, the model's whole plan (a forced
+            # config would run the pick on the caller's operands, never repacked).
+            c = self._guard(lambda: self._jax(shape, C.jtblas_dot(shape, None), nbuf, estimate))
             if c.get("error") and ("jax_triton" in c["error"] or "jax-triton" in c["error"]):
                 self.jax_triton_error = c["error"]
             c["config_short"] = plan.pick.short()
