@@ -528,6 +528,16 @@ class Runner:
         if "xla" in self.contenders:
             cont["xla"] = (self._guard(lambda: self._jax(shape, C.xla_dot(shape), nbuf, estimate))
                            if self.jax_ok else dict(error="JAX sees no GPU"))
+        ours_entry = cont.get("jtblas") or {}
+        if plan.repack is not None and plan.repack.transpose_b and _ok(ours_entry) and self.jax_ok:
+            # The transposed copy of B: torch's copy_ from a transposed view streams at a fraction
+            # of the bandwidth XLA's transpose reaches (4096x4096x14336 NT on the H200: 1032 µs
+            # emulated, 620 µs through jax.jit), so the pick is timed as jtblas.matmul runs it.
+            through_jax = self._guard(lambda: self._jax(shape, C.jtblas_dot(shape, None), nbuf, estimate))
+            if _ok(through_jax):
+                ours_entry.update(torch_emulation_seconds=ours_entry["seconds"], seconds=through_jax["seconds"],
+                                  method="jtblas.matmul through jax.jit, XLA's slope loop (the transposed copy "
+                                         "runs in XLA): " + str(through_jax.get("method")))
         if jax_check and self.jax_ok and plan.pick is not None and self.jax_triton_error is None:
             # config=None: what a user's jtblas.matmul runs, the model's whole plan (a forced
             # config would run the pick on the caller's operands, never repacked).
