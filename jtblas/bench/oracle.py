@@ -193,18 +193,19 @@ class OracleCache:
         return self.entries.get(key)
 
     def earlier(self, shape_key: str, gpu_name: str, candidates: list[Config]) -> dict | None:
-        """The most complete earlier search of this shape on this GPU over a subset of
-        `candidates` (another candidate list: the space grew since), or None. Its first-pass
-        times stand; only the candidates it lacks need timing."""
+        """An earlier search of this shape on this GPU over another candidate list (the space
+        changed since), the one covering most of `candidates`, with its first pass cut to
+        them; None if none covers any. Those first-pass times stand; only the candidates it
+        lacks need timing."""
         wanted = {c.short() for c in candidates}
-        best = None
+        best, best_rows = None, []
         for key, entry in self.entries.items():
             if not key.startswith(f"{shape_key}|{gpu_name}|"):
                 continue
-            covered = {row[0] for row in entry.get("first", [])}
-            if covered <= wanted and (best is None or len(covered) > len(best["first"])):
-                best = entry
-        return best
+            rows = [row for row in entry.get("first", []) if row[0] in wanted]
+            if len(rows) > len(best_rows):
+                best, best_rows = entry, rows
+        return None if best is None else {**best, "first": best_rows}
 
     def put(self, key: str, entry: dict) -> None:
         self.entries[key] = entry

@@ -44,7 +44,10 @@ MIN_ACCUMULATORS_PER_THREAD = 4
 MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS = 1024
 # Triton pipelines wgmma asynchronously (one MMA group left in flight across iterations), which
 # holds one stage's buffers; with 2 stages no load could be in flight during the MMA, so wgmma
-# tiles get at least 3 (none of tutorial 03's Hopper configs uses 2).
+# tiles get at least 3 (none of tutorial 03's Hopper configs uses 2). On a wgmma GPU the
+# mma.sync tiles (block_m < 64) get at least 3 as well: in the H200's exhaustive searches of 117
+# benchmark shapes (2026-11-30) no 2-stage config was the best or within 2% of it, and the
+# 2-stage decode tiles ran up to 5x slower than their 3-stage twins (a step waits a whole load).
 MIN_STAGES_WGMMA = 3
 # On wgmma GPUs, mma.sync tiles (block_m < 64) are searched only for M < 128: from 128 rows on,
 # 64-row tiles waste at most a third of their rows to padding (M = 129 → 192 rows), and wgmma
@@ -99,10 +102,10 @@ def min_block_m(problem: Problem, hardware: Hardware) -> int:
 
 
 def min_stages(block_m: int, num_warps: int, problem: Problem, hardware: Hardware) -> int:
-    """Fewest stages searched: 3 for tiles Triton lowers to async wgmma, else 2."""
-    wgmma = hardware.wgmma and not resources.uses_fma(problem) and block_m % resources.WGMMA_ROWS == 0 \
-        and num_warps % 4 == 0
-    return MIN_STAGES_WGMMA if wgmma else NUM_STAGES[0]
+    """Fewest stages searched: 3 for tensor-core tiles on a wgmma GPU (see MIN_STAGES_WGMMA),
+    else 2."""
+    tensor_cores = hardware.wgmma and not resources.uses_fma(problem)
+    return MIN_STAGES_WGMMA if tensor_cores else NUM_STAGES[0]
 
 
 def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
