@@ -162,7 +162,7 @@ class Plan:
     candidates_s: float | None = None
     cand_hash: str | None = None
     cached: dict | None = None
-    earlier: dict | None = None  # a cached search over a subset of the candidates (extended here)
+    earlier: dict | None = None  # a cached search over another candidate list (its overlap is reused)
     known: list = dataclasses.field(default_factory=list)  # its first pass, as (config, s, error)
     oracle_configs: list = dataclasses.field(default_factory=list)  # what the oracle will time
     nvmmh_config: object = None
