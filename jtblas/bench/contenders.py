@@ -238,7 +238,7 @@ def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
     sliced = (kernel_problem.m, kernel_problem.n) != (problem.m, problem.n)
     c_out = ([torch.empty((kernel_problem.m, kernel_problem.n), device="cuda", dtype=x.dtype) for x in ops.c]
              if sliced else ops.c)
-    kernel = kernel_launcher(_Operands(a_buffers, b_buffers, c_out, torch), kernel_problem, plan.config)
+    kernel = kernel_launcher(LaunchOperands(a_buffers, b_buffers, c_out, torch), kernel_problem, plan.config)
 
     def launch(i):
         if a_views is not None:
@@ -253,7 +253,7 @@ def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
 
 
 @dataclasses.dataclass
-class _Operands:
+class LaunchOperands:
     """The operand lists `kernel_launcher` reads (a, b, c per operand set) and the torch module."""
 
     a: list
