@@ -149,15 +149,18 @@ def test_xla_slope_loop_keeps_every_dot_inside_the_loop():
 
     shape = shapes.Shape(name="t", set="t", group="t", m=32, n=48, k=64, layout="NT", dtype="float32")
     as_, bs = contenders.jax_operands(shape, 2)
-    repeats = 2 * contenders.LOOP_UNROLL  # a while loop whose body is LOOP_UNROLL iterations
+    repeats = 2 * contenders.LOOP_UNROLL  # a while loop whose body is LOOP_UNROLL / 2 iterations of 2 sets
     f = jax.jit(contenders.loop_function(contenders.xla_dot(shape), repeats))
     out = f(as_, bs)
     assert len(out) == 2 and out[0].shape == (32, 48)
     hlo = f.lower(as_, bs).compile().as_text()
     entry = hlo[hlo.index("ENTRY"):]
     assert "while(" in entry and "dot_general" not in entry  # no dot hoisted out of the loop
-    # Every unrolled iteration keeps one dot per operand set (none merged or eliminated).
-    assert len(re.findall(r'op_name="[^"]*dot_general"', hlo)) >= 2 * contenders.LOOP_UNROLL
+    # Every unrolled iteration keeps one dot per operand set (none merged or eliminated): a body
+    # of LOOP_UNROLL products.
+    assert contenders.loop_unroll(2, repeats) == contenders.LOOP_UNROLL // 2
+    assert len(re.findall(r'op_name="[^"]*dot_general"', hlo)) >= contenders.LOOP_UNROLL
+    assert contenders.loop_unroll(16, 1000) == 1 and contenders.loop_unroll(1, 3) == 3
     result = contenders.slope_time_jax(contenders.xla_dot(shape), as_, bs, estimate_s=1e-5, target_s=1e-4, trials=2)
     assert result["repeats"] >= 2 and "slope" in result["method"]
 

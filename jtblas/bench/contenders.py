@@ -301,10 +301,19 @@ def jtblas_dot(shape, config: Config | None) -> Callable:
     return dot
 
 
-# Iterations of the timing loop unrolled into one body. On the H200 one iteration of XLA's while
-# loop cost 16-25 µs of its own (BENCHMARKS.md, 2026-11-30) - a device-to-host check of the loop
-# condition - which the slope charged to every product; unrolled, it is paid once per 16 products.
+# Products per body of the timing loop (unrolled iterations x operand sets). On the H200 one
+# iteration of XLA's while loop cost 16-25 µs of its own (BENCHMARKS.md, 2026-11-30) - a
+# device-to-host check of the loop condition - which the slope charged to every product; with 16
+# products per body it is paid once per 16. A body of 16 iterations x 16 operand sets (small
+# shapes rotate 16 sets to defeat L2) took XLA up to 11.6 s to compile per shape; the unroll
+# shrinks as the sets grow instead.
 LOOP_UNROLL = 16
+
+
+def loop_unroll(sets: int, repeats: int) -> int:
+    """Iterations unrolled into one loop body: enough for LOOP_UNROLL products (at most
+    `repeats`)."""
+    return max(1, min(repeats, -(-LOOP_UNROLL // sets)))
 
 
 def loop_function(dot: Callable, repeats: int) -> Callable:
@@ -327,7 +336,7 @@ def loop_function(dot: Callable, repeats: int) -> Callable:
             return new_as, new_cs
 
         cs0 = [jnp.zeros_like(dot(a, b)) for a, b in zip(as_, bs)]
-        _, cs = jax.lax.fori_loop(0, repeats, body, (list(as_), cs0), unroll=min(repeats, LOOP_UNROLL))
+        _, cs = jax.lax.fori_loop(0, repeats, body, (list(as_), cs0), unroll=loop_unroll(len(as_), repeats))
         return cs
 
     return f
