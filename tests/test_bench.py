@@ -426,3 +426,36 @@ def test_bench_smoke_on_two_tiny_shapes(tmp_path):
     for png in ("square.png", "pick_vs_oracle.png", "vs_xla_by_group.png"):
         assert (out / png).stat().st_size > 0
     assert (out / "oracle_cache.json").exists()
+
+
+def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, capsys):
+    """No GPU: the CLI says so, writes the model's plans for the set and the CPU backend's
+    correctness checks, and exits 0 — never a traceback."""
+    from jtblas.bench import cli
+
+    monkeypatch.setattr(cli, "_gpu_problem", lambda: "no CUDA GPU visible to torch")
+    monkeypatch.setenv("JTBLAS_GPU", "h200")
+    (tmp_path / "tiny.csv").write_text(
+        "name,group,M,N,K,layout,dtype,quick\n"
+        "t1,tiny,1,4096,4096,NN,bfloat16,1\n"
+        "t2,tiny,1500,4501,3399,NN,bfloat16,1\n"
+        "t3,tiny,4096,4096,14336,NT,bfloat16,0\n"
+    )
+    out = tmp_path / "out"
+    rc = cli.main(["--shapes", "tiny", "--shapes-dir", str(tmp_path), "--out", str(out)])
+    assert rc == 0
+    said = capsys.readouterr().out
+    assert "no CUDA GPU visible to torch: no device time can be measured here" in said
+    payload = json.loads((out / "cpu_plan.json").read_text())
+    assert payload["hardware"] == "h200" and [row["name"] for row in payload["plans"]] == ["t1", "t2", "t3"]
+    by_name = {row["name"]: row for row in payload["plans"]}
+    assert by_name["t2"]["repacked"] == "AB" and by_name["t3"]["repacked"] == "Bᵀ"
+    assert all(row["predicted_seconds"] > 0 and row["config"] for row in payload["plans"])
+    assert len(payload["checks"]) == 9 and all(row["ok"] for row in payload["checks"])
+    text = (out / "cpu_plan.md").read_text()
+    assert "| t2 | 1500x4501x3399 NN |" in text and "relative error" in text
+    # --quick keeps only the quick rows; a missing set is a clear error, not a traceback.
+    assert cli.main(["--shapes", "tiny", "--shapes-dir", str(tmp_path), "--out", str(out), "--quick"]) == 0
+    assert len(json.loads((out / "cpu_plan.json").read_text())["plans"]) == 2
+    assert cli.main(["--shapes", "nope", "--shapes-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert "nope.csv" in capsys.readouterr().err

@@ -80,9 +80,16 @@ def main(argv: list[str] | None = None) -> int:
 
     drop_blank_triton_cache_dir()
     problem = _gpu_problem()
-    if problem:
-        print(f"{PROGRAM}: {problem}; nothing to run (use --report-only on a results JSON).", file=sys.stderr)
-        return 2
+    if problem:  # no device time here: the model's plans and a correctness check on the CPU backend
+        from jtblas.bench import cpu
+
+        try:
+            shapes = shapes_mod.load([s.strip() for s in args.shapes.split(",") if s.strip()],
+                                     quick=args.quick, directory=Path(args.shapes_dir))
+        except (OSError, ValueError) as error:
+            print(f"{PROGRAM}: {error}", file=sys.stderr)
+            return 2
+        return cpu.run(shapes[: args.max_shapes] if args.max_shapes else shapes, args.out, problem)
     runner = Runner(args)
     try:
         rc = runner.run()
