@@ -368,17 +368,19 @@ def test_report_only_cli_and_empty_results(tmp_path):
 
 
 @pytest.mark.skipif(_has_cuda(), reason="this machine has a GPU")
-def test_bench_without_gpu_exits_nonzero_with_one_line(tmp_path):
+def test_bench_without_gpu_runs_what_a_cpu_can(tmp_path):
+    """The README's main command on a machine without a GPU: a plain statement, the model's
+    plans for the quick set and the CPU checks, status 0, no traceback."""
     proc = subprocess.run(
         [sys.executable, "-m", "jtblas.bench", "--quick", "--out", str(tmp_path)],
-        check=False, capture_output=True, text=True, cwd=REPO, timeout=120,
+        check=False, capture_output=True, text=True, cwd=REPO, timeout=300,
     )
-    assert proc.returncode != 0
-    # (jaxlib's CUDA plugin may log its own lines on import; ours is exactly one.)
-    lines = [line for line in proc.stderr.splitlines() if "jtblas bench" in line]
-    assert len(lines) == 1 and ("GPU" in lines[0] or "CUDA" in lines[0]), proc.stderr
-    assert proc.stdout == ""
-    assert not (tmp_path / "results.json").exists()
+    assert proc.returncode == 0, proc.stderr
+    assert "no device time can be measured here" in proc.stdout
+    assert "9 of 9 CPU checks passed" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "cpu_plan.md").exists() and not (tmp_path / "results.json").exists()
+    assert len(json.loads((tmp_path / "cpu_plan.json").read_text())["plans"]) == 18
 
 
 # ------------------------------------------------------------------------------ GPU smoke test
