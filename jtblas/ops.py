@@ -371,6 +371,38 @@ def launch_spec(
     )
 
 
+# The GEMV-style kernel handles up to this many rows (its FMAs grow with M; beyond, tensor cores).
+GEMV_MAX_M = 4
+
+
+def gemv_spec(m: int, n: int, k: int, *, block_k: int, block_n: int, split_k: int, num_warps: int,
+              operand_bytes: int = 2) -> LaunchSpec:
+    """Grid, scalars and meta-parameters of the experimental `gemv_kernel` (jtblas/kernels/gemv.py)
+    for x [m, k] @ W [k, n], both row-major and dense: its output is the fp32 partials
+    [split_k, m, n], summed by the caller. Launch with num_stages=1 (the kernel keeps one whole
+    tile per step in flight with plain loads). Raises ValueError for what it does not cover."""
+    if not 1 <= m <= GEMV_MAX_M:
+        raise ValueError(f"gemv_spec: m={m} outside 1..{GEMV_MAX_M}")
+    for name, value in (("block_k", block_k), ("block_n", block_n)):
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"gemv_spec: {name}={value} is not a power of two")
+    if split_k < 1 or num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"gemv_spec: split_k={split_k} must be >= 1 and num_warps={num_warps} in 1..16")
+    if max(k * n, split_k * m * n) >= _INDEX_32_LIMIT:
+        raise ValueError(f"gemv_spec: {k}x{n} weight or {split_k}x{m}x{n} partials need 64-bit offsets")
+    limit = 16 // operand_bytes
+    values = dict(K=k, N=n, STRIDE_XM=k, STRIDE_WK=n)
+    units = {name: divisibility_unit(value, limit) for name, value in values.items()}
+    return LaunchSpec(
+        grid=(math.ceil(n / block_n), split_k),
+        scalars=tuple(value // units[name] for name, value in values.items()),
+        num_warps=num_warps,
+        num_stages=1,
+        metaparams=dict(M=m, M_PAD=1 << (m - 1).bit_length(), BLOCK_K=block_k, BLOCK_N=block_n, SPLIT_K=split_k,
+                        **{f"{name}_UNIT": unit for name, unit in units.items()}),
+    )
+
+
 def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic: bool = False) -> LaunchSpec:
     """Grid, scalars and meta-parameters of `sum_splits_kernel`, the second launch of a split-K
     product: it reads the fp32 workspace [split_k, batch, M, N] that `matmul_kernel` wrote and
