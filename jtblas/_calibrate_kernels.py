@@ -1,4 +1,4 @@
-"""The two Triton kernels `jtblas calibrate` times (imported only on the GPU path: imports Triton).
+"""The Triton kernels `jtblas calibrate` times (imported only on the GPU path: imports Triton).
 
 They are microbenchmarks, not GEMM kernels, so they live apart from `jtblas/kernels/`.
 """
@@ -30,3 +30,10 @@ def stream_read_kernel(x_ptr, sink_ptr, chunk, repeats, BLOCK: tl.constexpr):
 def tiny_kernel(out_ptr):
     """One store per program: a launch with (almost) nothing in it, for the per-launch cost."""
     tl.store(out_ptr + tl.program_id(0), 1.0)
+
+
+@triton.jit
+def increment_kernel(x_ptr, out_ptr):
+    """out[0] = x[0] + 1: a launch that depends on the previous one's output, for the cost of one
+    more launch inside `jax.jit` (chained, so launches cannot overlap)."""
+    tl.store(out_ptr, tl.load(x_ptr) + 1.0)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 PROGRAM = "jtblas"
@@ -108,6 +109,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from jtblas.launch import drop_blank_triton_cache_dir
 
     drop_blank_triton_cache_dir()  # the microbenchmarks are Triton kernels launched on torch tensors
+    # One step launches through JAX: share the GPU with torch instead of XLA taking 75% up front.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
     reason = calibrate.find_gpu()
     if reason is not None:

@@ -268,3 +268,20 @@ def test_blank_triton_cache_dir_is_dropped(monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/somewhere")
     drop_blank_triton_cache_dir()
     assert os.environ["TRITON_CACHE_DIR"] == "/tmp/somewhere"
+
+
+def test_launch_measurement_chains_its_launches():
+    """The calibration's jax.jit launch cost chains one-element launches through jtblas.launch;
+    on the CPU backend the same loop runs its kernel R times in order."""
+    import jax
+    import jax.numpy as jnp
+
+    from jtblas import launch
+    from jtblas._calibrate_kernels import increment_kernel
+
+    def one(x):
+        return launch.launch(increment_kernel, grid=(1,), args=[x], num_warps=1, num_stages=1,
+                             out_shape=jax.ShapeDtypeStruct((1,), jnp.float32), metaparams={})
+
+    loop = jax.jit(lambda x: jax.lax.fori_loop(0, 5, lambda _, y: one(y), x, unroll=16))
+    assert float(loop(jnp.zeros((1,), jnp.float32))[0]) == 5.0
