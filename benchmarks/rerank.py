@@ -1,0 +1,134 @@
+"""Offline: how well the model ranks, against the exhaustive timings an oracle cache holds.
+
+    python benchmarks/rerank.py --cache benchmarks/results/2026-11-30-h200-session2/oracle_cache.json \
+        [--gpu h200 | --profile FILE] [--worst 10] [--halves]
+
+`jtblas bench` caches, per shape, the first-pass time of every config of `jtblas.candidates()`
+it searched. This script asks the model (as it is now, on the hardware description given) for
+its pick among the cached configs that are still candidates — the ranking on the caller's
+operands; repacking is outside the oracle's space — and reports pick ÷ best first-pass
+time: geometric mean, 10th percentile, minimum, by group and the worst shapes. No GPU needed.
+It is how a change of the equations or of a profile is checked before a GPU run; the numbers
+run ~0.02 below the benchmark's, whose pick and leaders are re-timed carefully (first-pass times
+are single measurements). `--halves` reports even and odd shapes apart, a check that a change is
+not fitted to some of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One shape: the model's pick among the timed candidates, and the fastest of them."""
+
+    key: str
+    layout: str
+    m: int
+    n: int
+    k: int
+    pick: str
+    best: str
+    ratio: float  # best time / pick time (≤ 1)
+
+    @property
+    def group(self) -> str:
+        size = "decode" if self.m <= 16 else ("small" if self.m * self.n * self.k < 2**33 else "large")
+        return f"{size}-{self.layout}"
+
+
+def load_cache(path: str | Path) -> dict[str, dict[str, float]]:
+    """{shape key ("MxNxK dtype layout"): {config name: first-pass seconds}}, the most complete
+    entry per shape when the cache holds several (other candidate lists, other GPUs)."""
+    entries: dict[str, dict[str, float]] = {}
+    for key, entry in json.loads(Path(path).read_text()).items():
+        shape_key = key.split("|")[0]
+        times = {name: t for name, t, error in entry.get("first", []) if t and not error}
+        if len(times) > len(entries.get(shape_key, {})):
+            entries[shape_key] = times
+    return entries
+
+
+def rank(entries: dict[str, dict[str, float]], hardware) -> list[Ranked]:
+    """The model's pick per shape among the timed configs that are still candidates."""
+    import jtblas
+    from jtblas.config import Problem
+    from jtblas.model import cost
+
+    constants = hardware.model_constants()
+    out = []
+    for key, times in sorted(entries.items()):
+        dims, dtype, layout = key.split()
+        m, n, k = (int(v) for v in dims.split("x"))
+        ta, tb = layout[0] == "T", layout[1] == "T"
+        problem = Problem(m=m, n=n, k=k, dtype=dtype, out_dtype=dtype, transpose_a=ta, transpose_b=tb)
+        timed = [c for c in jtblas.candidates(m, n, k, dtype=dtype, transpose_a=ta, transpose_b=tb,
+                                              hardware=hardware) if c.short() in times]
+        if not timed:
+            continue
+        pick = min(timed, key=lambda c: (cost.predicted_seconds(c, problem, hardware, constants), c.short()))
+        best = min((c.short() for c in timed), key=times.get)
+        out.append(Ranked(key=key, layout=layout, m=m, n=n, k=k, pick=pick.short(), best=best,
+                          ratio=times[best] / times[pick.short()]))
+    return out
+
+
+def statistics(ratios: list[float]) -> dict:
+    """Geometric mean, 10th percentile (nearest rank below) and minimum of pick ÷ best."""
+    values = sorted(ratios)
+    if not values:
+        return dict(count=0, geomean=None, p10=None, min=None)
+    return dict(count=len(values), geomean=math.exp(sum(math.log(v) for v in values) / len(values)),
+                p10=values[len(values) // 10], min=values[0])
+
+
+def report(ranked: list[Ranked], *, worst: int = 10, halves: bool = False) -> str:
+    def line(label: str, s: dict) -> str:
+        if not s["count"]:
+            return f"{label:>12}: no shapes"
+        return f"{label:>12}: geomean {s['geomean']:.3f}  p10 {s['p10']:.3f}  min {s['min']:.3f}  ({s['count']} shapes)"
+
+    lines = [line("all", statistics([r.ratio for r in ranked]))]
+    if halves:
+        lines += [line("even", statistics([r.ratio for r in ranked[0::2]])),
+                  line("odd", statistics([r.ratio for r in ranked[1::2]]))]
+    groups = defaultdict(list)
+    for r in ranked:
+        groups[r.group].append(r.ratio)
+    lines += [line(name, statistics(values)) for name, values in sorted(groups.items())]
+    lines.append(f"worst {worst}:")
+    for r in sorted(ranked, key=lambda r: r.ratio)[:worst]:
+        lines.append(f"  {r.ratio:.3f}  {r.key:34s} pick {r.pick:24s} best {r.best}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jtblas import hardware as hardware_lib
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", required=True, help="an oracle_cache.json written by jtblas bench")
+    parser.add_argument("--gpu", default="h200", help="built-in hardware description (default h200)")
+    parser.add_argument("--profile", default=None, help="a calibrated profile JSON instead of --gpu")
+    parser.add_argument("--worst", type=int, default=10)
+    parser.add_argument("--halves", action="store_true", help="also even and odd shapes apart")
+    args = parser.parse_args(argv)
+    try:
+        entries = load_cache(args.cache)
+        hardware = hardware_lib.get(args.profile or args.gpu)
+    except (OSError, ValueError, KeyError) as error:
+        print(f"rerank: {error}", file=sys.stderr)
+        return 2
+    print(f"{len(entries)} cached shapes, {hardware.name} ({hardware.source})")
+    print(report(rank(entries, hardware), worst=args.worst, halves=args.halves))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""benchmarks/rerank.py: the model re-ranked offline against cached exhaustive timings."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import jtblas
+from jtblas import hardware
+from jtblas.config import Problem
+from jtblas.model import cost
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import rerank  # noqa: E402
+
+
+def write_cache(path: Path, shapes) -> dict:
+    """A cache in jtblas bench's format: per shape, first-pass times of some candidates. The
+    model's pick gets 2 ms, the others 1 ms apart from one slowest; returns each shape's pick."""
+    entries, picks = {}, {}
+    for m, n, k, layout in shapes:
+        ta, tb = layout[0] == "T", layout[1] == "T"
+        problem = Problem(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb)
+        space = jtblas.candidates(m, n, k, transpose_a=ta, transpose_b=tb, hardware="h200")
+        pick = min(space, key=lambda c: (cost.predicted_seconds(c, problem, hardware.H200), c.short()))
+        others = [c for c in space if c != pick][:5]
+        first = [[pick.short(), 2e-3, None]] + [[c.short(), 1e-3, None] for c in others]
+        first.append(["not-a-candidate w9", 1e-9, None])  # gone from the space: ignored
+        first.append([others[0].short() + " x", None, "compile failed"])
+        key = f"{m}x{n}x{k} bfloat16 {layout}"
+        entries[f"{key}|NVIDIA H200|abc"] = dict(first=first)
+        entries[f"{key}|NVIDIA H200|old"] = dict(first=first[:2])  # a less complete entry
+        picks[key] = pick.short()
+    path.write_text(json.dumps(entries))
+    return picks
+
+
+def test_rerank_reports_pick_over_best(tmp_path, capsys):
+    picks = write_cache(tmp_path / "cache.json", [(1024, 1024, 1024, "NN"), (1, 4096, 4096, "NN"),
+                                                  (4096, 4096, 4096, "NT")])
+    entries = rerank.load_cache(tmp_path / "cache.json")
+    assert len(entries) == 3 and all(len(times) == 7 for times in entries.values())
+    ranked = rerank.rank(entries, hardware.H200)
+    assert {r.key: r.pick for r in ranked} == picks
+    assert all(r.ratio == pytest.approx(0.5) for r in ranked)
+    assert {r.group for r in ranked} == {"small-NN", "decode-NN", "large-NT"}
+    s = rerank.statistics([r.ratio for r in ranked])
+    assert s["count"] == 3 and s["geomean"] == pytest.approx(0.5) and s["min"] == pytest.approx(0.5)
+    assert rerank.main(["--cache", str(tmp_path / "cache.json"), "--halves", "--worst", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "geomean 0.500" in text and "even:" in text and "worst 2:" in text
+    assert rerank.main(["--cache", str(tmp_path / "missing.json")]) == 2
+
+
+def test_statistics_on_known_values():
+    s = rerank.statistics([1.0, 0.5, 0.25] + [1.0] * 7)
+    assert s["geomean"] == pytest.approx(math.exp((math.log(0.5) + math.log(0.25)) / 10))
+    assert s["p10"] == 0.5 and s["min"] == 0.25
+    assert rerank.statistics([])["geomean"] is None
