@@ -222,6 +222,23 @@ def test_transposed_b_copy_matches_float64(m, n, k, transpose_a, dtype, rng):
     assert out.shape == (m, n) and relative_error(out, reference) < tolerance(dtype, dtype)
 
 
+def test_batched_and_vmapped_transposed_b_copy(rng):
+    """The transposed copy of a B stored [N, K] with a batch folded into M, a vmapped B (batch
+    grid axis: the copy swaps the last two axes of every batch entry), and both."""
+    a = jnp.asarray(rng.standard_normal((3, 5, 7, 19)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((4, 11, 19)), jnp.float32)  # each [N, K]
+    fn = product(transpose_b=True, config=None, precision=jax.lax.Precision.HIGHEST)
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    np.testing.assert_allclose(forced(fn, "transpose")(a, b[0]), np.einsum("abmk,nk->abmn", a64, b64[0]),
+                               rtol=1e-5, atol=1e-5)
+    with ops.repack_mode("transpose"):
+        assert "transpose[" in str(jax.make_jaxpr(jax.vmap(fn, in_axes=(None, 0)))(a[0, 0], b))
+    vmapped = forced(jax.vmap(fn, in_axes=(None, 0)), "transpose")(a[0, 0], b)
+    np.testing.assert_allclose(vmapped, np.einsum("mk,bnk->bmn", a64[0, 0], b64), rtol=1e-5, atol=1e-5)
+    both = forced(jax.vmap(fn), "transpose")(a[0, :4], b)
+    np.testing.assert_allclose(both, np.einsum("bmk,bnk->bmn", a64[0, :4], b64), rtol=1e-5, atol=1e-5)
+
+
 def test_grad_through_transposed_b_copy(rng):
     a, b, _ = random_operands(rng, 9, 13, 11, "float32", transpose_b=True)
     hi = jax.lax.Precision.HIGHEST
