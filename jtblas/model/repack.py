@@ -12,9 +12,10 @@ kernel on zero-padded copies at 580-700 (issue 7). `plan_for_problem` weighs the
 and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. On a wgmma GPU, a B stored
 [N, K] (transpose_b) may also be copied transposed, into [K, N]: the kernel then runs the NN (TN)
 layout, whose tensor cores are not slowed by a K-major B (`Constants.k_major_b_efficiency`), for
-the price of one copy of B. A copied operand has both its
-axes' padding zero-filled, with the padded axes rounded up to PAD_MULTIPLE elements: K (so the
-product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
+the price of one copy of B.
+
+A copied operand is zero-padded with its padded axes rounded up to PAD_MULTIPLE elements: K (so
+the product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
 When that contiguous axis is M (A transposed) or N (B not transposed), the padded problem's M (N)
 grows with it: the kernel's tile offsets wrap at M (N), and only a wrap at an aligned extent keeps
 its loads full-width (`cost.vector_bytes`). C is then computed padded and sliced to the caller's
@@ -22,9 +23,9 @@ shape, one more copy in the cost:
 
     copy(C) = (padded C bytes read + C bytes written) / DRAM bandwidth + one launch
 
-Aligned problems (every operand loaded at full width by the best plain config) are planned
-without ranking anything else: their `Plan` is the plain selection, and `candidates()` and the
-`Config`s are exactly those of a model without repacking.
+Aligned problems (every operand loaded at full width by the best plain config) without a K-major
+B on a wgmma GPU are planned without ranking anything else: their `Plan` is the plain selection.
+`candidates()` is always the caller's problem's space (what the exhaustive search times).
 
 Pure Python: no JAX, no Triton.
 """
@@ -172,7 +173,7 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
         return [(pad_k, True, pad_k, True)] if problem.transpose_b else []
     options = []
     if any(narrow):
-        if problem.k * problem.operand_bytes % 16:
+        if pad_k:
             options = [(True, True, True)]
         else:
             singles = [(a, b, False) for a, b in ((True, False), (False, True)) if narrow[0 if a else 1]]
