@@ -461,3 +461,6 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     assert len(json.loads((out / "cpu_plan.json").read_text())["plans"]) == 2
     assert cli.main(["--shapes", "nope", "--shapes-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "nope.csv" in capsys.readouterr().err
+    (tmp_path / "bad.csv").write_text("name,group,M,N,K,layout,dtype,quick\nb1,bad,1,x,4,NN,bfloat16,1\n")
+    assert cli.main(["--shapes", "bad", "--shapes-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert "bad.csv: bad M/N/K" in capsys.readouterr().err

@@ -374,7 +374,11 @@ class Runner:
         if unknown:
             print(f"{PROGRAM}: no shape set {unknown} in {args.shapes_dir}", file=sys.stderr)
             return 2
-        shapes = shapes_mod.load(sets, quick=args.quick, directory=Path(args.shapes_dir))
+        try:
+            shapes = shapes_mod.load(sets, quick=args.quick, directory=Path(args.shapes_dir))
+        except ValueError as error:  # a bad row: the message names the file and the row
+            print(f"{PROGRAM}: {error}", file=sys.stderr)
+            return 2
         if args.resume:
             previous = json.loads(Path(args.resume).read_text())
             self.records = [r for r in previous.get("shapes", []) if not r.get("skipped")]
