@@ -91,12 +91,9 @@ class GraphTimer:
         torch = self.torch
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def estimate(self, launch: Callable[[int], object], nbuf: int, *, warmup: int = 2, count: int = 3) -> float:
-        """Seconds per launch from an event-timed plain loop (an upper bound: includes launch gaps)."""
-        torch = self.torch
-        with torch.cuda.stream(self.stream):
-            for i in range(warmup):
-                launch(i % nbuf)
+    def _timed_loop(self, launch: Callable[[int], object], nbuf: int, count: int) -> float:
+        """Seconds per launch of `count` launches between two events on the timer's stream."""
+        with self.torch.cuda.stream(self.stream):
             start, end = self._events()
             start.record()
             for i in range(count):
@@ -104,6 +101,13 @@ class GraphTimer:
             end.record()
         end.synchronize()
         return start.elapsed_time(end) * 1e-3 / count
+
+    def estimate(self, launch: Callable[[int], object], nbuf: int, *, warmup: int = 2, count: int = 3) -> float:
+        """Seconds per launch from an event-timed plain loop (an upper bound: includes launch gaps)."""
+        with self.torch.cuda.stream(self.stream):
+            for i in range(warmup):
+                launch(i % nbuf)
+        return self._timed_loop(launch, nbuf, count)
 
     def time(
         self,
@@ -144,17 +148,7 @@ class GraphTimer:
         return statistics.median(times)
 
     def _loop_time(self, launch, nbuf, n, replays):
-        torch = self.torch
-        times = []
-        with torch.cuda.stream(self.stream):
-            for _ in range(replays):
-                start, end = self._events()
-                start.record()
-                for i in range(n):
-                    launch(i % nbuf)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e-3 / n)
+        times = [self._timed_loop(launch, nbuf, n) for _ in range(replays)]
         self.last_method = f"event-timed loop of {n} launches (graph capture failed), median of {replays}"
         return statistics.median(times)
 

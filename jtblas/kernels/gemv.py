@@ -50,7 +50,6 @@ def gemv_kernel(
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)  # true: no wrap, masked
     col_ok = cols < N
     rows = tl.arange(0, M_PAD)
     row_ok = rows < M

@@ -101,7 +101,7 @@ def min_block_m(problem: Problem, hardware: Hardware) -> int:
     return BLOCK_SIZES[0]
 
 
-def min_stages(block_m: int, num_warps: int, problem: Problem, hardware: Hardware) -> int:
+def min_stages(problem: Problem, hardware: Hardware) -> int:
     """Fewest stages searched: 3 for tensor-core tiles on a wgmma GPU (see MIN_STAGES_WGMMA),
     else 2."""
     tensor_cores = hardware.wgmma and not resources.uses_fma(problem)
@@ -140,7 +140,7 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if config.num_warps == 8 and config.block_m * config.block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
         reasons.append(f"8 warps for a {config.block_m}x{config.block_n} tile (4 warps hold it)")
     k_steps = program_k_steps(config, problem)
-    low_s = min_stages(config.block_m, config.num_warps, problem, hardware)
+    low_s = min_stages(problem, hardware)
     if config.num_stages not in NUM_STAGES or not low_s <= config.num_stages <= max(low_s, k_steps + 1):
         reasons.append(
             f"num_stages={config.num_stages} outside {NUM_STAGES} in [{low_s}, {max(low_s, k_steps + 1)}] "
@@ -222,6 +222,7 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
     with the same integer arithmetic but without building rejected Configs (select stays fast)."""
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
     low_m = min_block_m(problem, hardware)
+    low_s = min_stages(problem, hardware)
     element = problem.operand_bytes
     result = []
     for block_m in BLOCK_SIZES:
@@ -243,7 +244,6 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
                     if not min_k <= block_k <= max_k:
                         continue
                     k_steps = -(-problem.k // block_k)
-                    low_s = min_stages(block_m, num_warps, problem, hardware)
                     for num_stages in NUM_STAGES:
                         if not low_s <= num_stages <= max(low_s, k_steps + 1):
                             continue
@@ -267,12 +267,12 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
     config differs from a plain one only in split_k, and its stage range is that of its shorter
     K loop, a subset of the plain one's)."""
     result = []
+    low_s = min_stages(problem, hardware)
     for config in plain:
         if not _split_tile(config.block_m, config.block_n, problem, hardware):
             continue
         tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
         k_blocks = -(-problem.k // config.block_k)
-        low_s = min_stages(config.block_m, config.num_warps, problem, hardware)
         for split in SPLIT_K_FACTORS:
             if not _split_fits(split, tiles, k_blocks, hardware) or _split_fits(4 * split, tiles, k_blocks, hardware):
                 continue
