@@ -395,7 +395,7 @@ def test_bench_smoke_on_two_tiny_shapes(tmp_path):
         "name,group,M,N,K,layout,dtype,quick\n"
         "t256,tiny,256,256,256,NN,bfloat16,1\n"
         "t100,tiny,100,200,300,NT,bfloat16,1\n"
-        "t513,tiny,513,1001,777,NN,bfloat16,1\n"  # the model repacks A and B: copies + kernel
+        "t1025,tiny,1025,2001,1551,NN,bfloat16,1\n"  # the model repacks A and B: copies + kernel
     )
     out = tmp_path / "out"
     # In a subprocess: the CLI leaves through os._exit when nvMatmulHeuristics is installed.
@@ -408,8 +408,8 @@ def test_bench_smoke_on_two_tiny_shapes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
     by_name = {r["name"]: r for r in data["shapes"]}
-    assert sorted(by_name) == ["t100", "t256", "t513"]
-    assert by_name["t513"]["contenders"]["jtblas"].get("repacked") == "AB"
+    assert sorted(by_name) == ["t100", "t1025", "t256"]
+    assert by_name["t1025"]["contenders"]["jtblas"].get("repacked") == "AB"
     for record in data["shapes"]:
         for name in ("jtblas", "oracle", "cublas", "tutorial"):
             entry = record["contenders"][name]
@@ -464,3 +464,42 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     (tmp_path / "bad.csv").write_text("name,group,M,N,K,layout,dtype,quick\nb1,bad,1,x,4,NN,bfloat16,1\n")
     assert cli.main(["--shapes", "bad", "--shapes-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "bad.csv: bad M/N/K" in capsys.readouterr().err
+
+
+def test_merged_shards_make_one_report_and_one_cache(tmp_path):
+    """`--report-only a,b`: the shapes of both parts in one report; their oracle caches merged."""
+    from jtblas.bench import cli
+
+    whole = _synthetic_results()
+    parts = []
+    for index in range(2):
+        part = dict(meta=dict(whole["meta"], elapsed_s=10.0 + index, stopped=None, not_run=None),
+                    shapes=whole["shapes"][index::2])
+        folder = tmp_path / f"b{index}"
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps(part))
+        (folder / "oracle_cache.json").write_text(json.dumps({f"key{index}": dict(best_s=index + 1.0)}))
+        parts.append(str(folder / "results.json"))
+    out = tmp_path / "merged"
+    assert cli.main(["--report-only", ",".join(parts), "--out", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert sorted(r["name"] for r in merged["shapes"]) == sorted(r["name"] for r in whole["shapes"])
+    assert merged["meta"]["elapsed_s"] == 11.0 and len(merged["meta"]["parts"]) == 2
+    assert json.loads((out / "oracle_cache.json").read_text()) == {"key0": dict(best_s=1.0),
+                                                                    "key1": dict(best_s=2.0)}
+    assert json.loads((out / "summary.json").read_text())["shapes"] == len(whole["shapes"])
+
+
+@pytest.mark.parametrize("text", ["2/2", "-1/2", "1", "a/b", "1/0"])
+def test_shard_argument_is_checked(text, capsys):
+    from jtblas.bench import cli
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--shard", text])
+    assert "--shard" in capsys.readouterr().err
+
+
+def test_shard_parses():
+    from jtblas.bench import cli
+
+    assert cli.build_parser().parse_args(["--shard", "1/3"]).shard == (1, 3)

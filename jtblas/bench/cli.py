@@ -4,6 +4,12 @@
     python -m jtblas bench --quick --no-oracle
     python -m jtblas bench --report-only bench-out/results.json --out bench-out   # any machine
 
+Several GPUs: one process per GPU, each on every N-th shape, then one report of all of them:
+
+    CUDA_VISIBLE_DEVICES=0 python -m jtblas bench --shard 0/2 --out b0 &
+    CUDA_VISIBLE_DEVICES=1 python -m jtblas bench --shard 1/2 --out b1; wait
+    python -m jtblas bench --report-only b0/results.json,b1/results.json --out bench-out
+
 The run writes `results.json` after every shape (a killed run keeps what it finished), then
 `report.md` and the plots. See benchmarks/README.md for what each number means.
 """
@@ -58,17 +64,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, metavar="RESULTS_JSON",
                    help="keep the shapes of an earlier results.json and run only the others")
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per CPU core)")
-    p.add_argument("--report-only", default=None, metavar="RESULTS_JSON",
-                   help="rebuild report.md and the plots from a results JSON (no GPU needed)")
+    p.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                   help="run only shapes I, I+N, I+2N, ... of the list (0 <= I < N): one process per GPU")
+    p.add_argument("--report-only", default=None, metavar="RESULTS_JSON[,RESULTS_JSON...]",
+                   help="rebuild report.md and the plots from results JSON files (several: merged into "
+                   "one report, and the oracle caches beside them into OUT/oracle_cache.json); no GPU needed")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.report_only:
-        from jtblas.bench import report
+        from jtblas.bench import oracle, report
 
-        paths = report.write_report(args.report_only, args.out)
+        sources = [Path(x.strip()) for x in args.report_only.split(",") if x.strip()]
+        try:
+            results = report.merge([report.load(path) for path in sources]) if len(sources) > 1 else sources[0]
+        except (OSError, ValueError) as error:
+            print(f"{PROGRAM}: cannot read the results: {_short_error(error)}", file=sys.stderr)
+            return 2
+        if len(sources) > 1:
+            caches = [path.parent / "oracle_cache.json" for path in sources]
+            oracle.merge_caches([c for c in caches if c.exists()], Path(args.out) / "oracle_cache.json")
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "results.json").write_text(json.dumps(results, indent=1))
+        paths = report.write_report(results, args.out)
         print(f"{PROGRAM}: wrote " + ", ".join(str(p) for p in paths.values()))
         return 0
     # Before anything initialises JAX's GPU backend: share the GPU with torch instead of letting
@@ -100,6 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N) with 0 <= I < N."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard wants I/N (e.g. 0/2), got {text!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--shard {text}: I must satisfy 0 <= I < N")
+    return index, count
 
 
 def _gpu_problem() -> str | None:
@@ -379,6 +410,9 @@ class Runner:
         except ValueError as error:  # a bad row: the message names the file and the row
             print(f"{PROGRAM}: {error}", file=sys.stderr)
             return 2
+        if args.shard is not None:  # before --resume, so a resumed shard keeps its own shapes
+            index, count = args.shard
+            shapes = shapes[index::count]
         if args.resume:
             previous = json.loads(Path(args.resume).read_text())
             self.records = [r for r in previous.get("shapes", []) if not r.get("skipped")]

@@ -220,6 +220,14 @@ class OracleCache:
         os.replace(tmp, self.path)
 
 
+def merge_caches(paths: list[Path], out: Path) -> None:
+    """One cache holding every entry of `paths` (and of `out` if it exists); later files win."""
+    merged = OracleCache(out)
+    for path in paths:
+        merged.entries.update(OracleCache(path).entries)
+    merged.save()
+
+
 # --------------------------------------------------------------------------------------------
 # Search
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,21 @@ def load(results) -> dict:
     return json.loads(Path(results).read_text())
 
 
+def merge(parts: list[dict]) -> dict:
+    """Results of several processes (`jtblas bench --shard`, one per GPU) as one: the first's
+    meta, each part's own meta under meta["parts"], the shapes in the order of the parts."""
+    if not parts:
+        raise ValueError("no results to merge")
+    meta = dict(parts[0].get("meta", {}))
+    meta["parts"] = [p.get("meta", {}) for p in parts]
+    not_run = [name for p in parts for name in p.get("meta", {}).get("not_run") or []]
+    meta["not_run"] = not_run or None
+    meta["stopped"] = "; ".join(p["meta"]["stopped"] for p in parts if p.get("meta", {}).get("stopped")) or None
+    elapsed = [p.get("meta", {}).get("elapsed_s") for p in parts]
+    meta["elapsed_s"] = max((e for e in elapsed if e is not None), default=None)
+    return dict(meta=meta, shapes=[record for p in parts for record in p.get("shapes", [])])
+
+
 def seconds(record: dict, name: str) -> float | None:
     entry = record.get("contenders", {}).get(name) or {}
     value = entry.get("seconds")
