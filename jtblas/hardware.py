@@ -128,11 +128,12 @@ H200 = Hardware(
         "float8": 1580 * TERA,
     },
     fp32_flops=54 * TERA,  # datasheet 67 TFLOP/s fp32 (non-tensor), x0.8
-    # What one more kernel launch costs jtblas.matmul inside jax.jit: on the H200 (2026-11-30) the
-    # same kernels ran 14.4 µs per launch slower through jax-triton in XLA's loop than replayed
-    # in a CUDA graph (1024^3: 21.3 vs 6.9 µs; split-K 256x256x65536, two launches: 56.9 vs
-    # 28.2), whose own launch measured 0.9 µs (jtblas calibrate). jax-triton's custom call cannot
-    # join XLA's command buffers (docs/model.md, known limits).
+    # What one more kernel launch costs jtblas.matmul inside jax.jit. Measured on the H200
+    # (2026-11-30): 14.4 µs per launch in the afternoon's spot checks (1024^3: 21.3 vs 6.9 µs in a
+    # CUDA graph), 5-8 µs in session 3's (1024^3: 13.8 vs 6.8; two-launch split-K +11 and +16 µs),
+    # 4.5 µs for chained launches (jtblas calibrate). Kept at 15 µs, an upper bound: with 4.5 µs
+    # the model splits decode products where the split loses (BENCHMARKS.md, session 3), since
+    # their per-program streaming rate is over-rated (docs/model.md, known limits).
     launch_seconds=15e-6,
     source="built-in: datasheet, sustained rates measured with cuBLAS and copies on an H200 (2026-11)",
     **_HOPPER_SM,
