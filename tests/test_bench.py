@@ -503,3 +503,24 @@ def test_shard_parses():
     from jtblas.bench import cli
 
     assert cli.build_parser().parse_args(["--shard", "1/3"]).shard == (1, 3)
+
+
+@pytest.mark.parametrize("argv,sets,quick", [
+    ([], None, True),  # the README's `jtblas bench`: every set's quick rows, a few minutes
+    (["--all"], None, False),
+    (["--shapes", "odd,square"], ["odd", "square"], False),
+    (["--shapes", "odd", "--quick"], ["odd"], True),
+])
+def test_shape_selection_defaults_to_the_quick_rows(argv, sets, quick):
+    from jtblas.bench import cli
+    from jtblas.bench import shapes as shapes_mod
+
+    chosen = cli.shape_selection(cli.build_parser().parse_args(argv))
+    assert chosen == (sets or list(shapes_mod.SET_NAMES), quick)
+
+
+def test_quick_and_all_exclude_each_other():
+    from jtblas.bench import cli
+
+    with pytest.raises(SystemExit, match="--quick and --all"):
+        cli.shape_selection(cli.build_parser().parse_args(["--quick", "--all"]))

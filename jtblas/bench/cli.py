@@ -1,13 +1,14 @@
 """`jtblas bench` (also `python -m jtblas.bench`): one run times every contender on every shape.
 
-    python -m jtblas bench --out bench-out --time-budget 500
-    python -m jtblas bench --quick --no-oracle
+    python -m jtblas bench                       # the quick rows of every set (18 shapes), a few minutes
+    python -m jtblas bench --all --out bench-out --time-budget 500   # all 143 shapes
+    python -m jtblas bench --shapes odd --no-oracle
     python -m jtblas bench --report-only bench-out/results.json --out bench-out   # any machine
 
 Several GPUs: one process per GPU, each on every N-th shape, then one report of all of them:
 
-    CUDA_VISIBLE_DEVICES=0 python -m jtblas bench --shard 0/2 --out b0 &
-    CUDA_VISIBLE_DEVICES=1 python -m jtblas bench --shard 1/2 --out b1; wait
+    CUDA_VISIBLE_DEVICES=0 python -m jtblas bench --all --shard 0/2 --out b0 &
+    CUDA_VISIBLE_DEVICES=1 python -m jtblas bench --all --shard 1/2 --out b1; wait
     python -m jtblas bench --report-only b0/results.json,b1/results.json --out bench-out
 
 The run writes `results.json` after every shape (a killed run keeps what it finished), then
@@ -43,10 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROGRAM, description="Benchmark jtblas's model pick against an "
                                 "exhaustive oracle, XLA, cuBLAS, the Triton tutorial's autotune and "
                                 "nvMatmulHeuristics, on one GPU.")
-    p.add_argument("--shapes", default=",".join(shapes_mod.SET_NAMES),
-                   help="comma-separated shape sets from benchmarks/shapes (default: all)")
+    p.add_argument("--shapes", default=None,
+                   help="comma-separated shape sets from benchmarks/shapes (default: "
+                   f"{','.join(shapes_mod.SET_NAMES)}, their quick rows unless --all)")
     p.add_argument("--shapes-dir", default=str(shapes_mod.SHAPES_DIR), help="where the CSV sets are")
-    p.add_argument("--quick", action="store_true", help="only the rows marked quick (about 18 shapes)")
+    p.add_argument("--quick", action="store_true",
+                   help="only the rows marked quick (about 18 shapes, a few minutes; the default without --shapes)")
+    p.add_argument("--all", action="store_true",
+                   help="every row of the sets (143 shapes; the default when --shapes names sets)")
     p.add_argument("--max-shapes", type=int, default=None, help="stop after this many shapes")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop starting new shapes (and cut a running oracle sweep short) so the run "
@@ -103,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if problem:  # no device time here: the model's plans and a correctness check on the CPU backend
         from jtblas.bench import cpu
 
+        sets, quick = shape_selection(args)
         try:
-            shapes = shapes_mod.load([s.strip() for s in args.shapes.split(",") if s.strip()],
-                                     quick=args.quick, directory=Path(args.shapes_dir))
+            shapes = shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir))
         except (OSError, ValueError) as error:
             print(f"{PROGRAM}: {error}", file=sys.stderr)
             return 2
@@ -120,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def shape_selection(args) -> tuple[list[str], bool]:
+    """(shape sets, quick rows only) from the arguments: with no --shapes, every set's quick rows
+    (the few-minute default run) unless --all; with --shapes, every row unless --quick."""
+    if args.quick and args.all:
+        raise SystemExit(f"{PROGRAM}: --quick and --all exclude each other")
+    if args.shapes is None:
+        return list(shapes_mod.SET_NAMES), not args.all
+    return [s.strip() for s in args.shapes.split(",") if s.strip()], args.quick
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -400,13 +415,13 @@ class Runner:
     def run(self) -> int:
         self._setup()
         args = self.args
-        sets = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        sets, quick = shape_selection(args)
         unknown = [s for s in sets if not (Path(args.shapes_dir) / f"{s}.csv").exists()]
         if unknown:
             print(f"{PROGRAM}: no shape set {unknown} in {args.shapes_dir}", file=sys.stderr)
             return 2
         try:
-            shapes = shapes_mod.load(sets, quick=args.quick, directory=Path(args.shapes_dir))
+            shapes = shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir))
         except ValueError as error:  # a bad row: the message names the file and the row
             print(f"{PROGRAM}: {error}", file=sys.stderr)
             return 2
