@@ -38,7 +38,7 @@ import functools
 from jtblas.config import Config, Problem
 from jtblas.hardware import Hardware
 from jtblas.model import cost
-from jtblas.model.select import CACHE_SIZE, rank
+from jtblas.model.select import CACHE_SIZE, _us, rank
 
 # Padded axes (K and the leading dimensions of copied operands) are rounded up to 64 elements:
 # the recipe measured on the H200 (issue 7: 580-700 TFLOP/s), rows starting on 128-byte L2 lines
@@ -236,10 +236,6 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
 def _narrow_words(narrow: tuple[bool, bool]) -> str:
     which = " and ".join(name for name, flag in (("A", narrow[0]), ("B", narrow[1])) if flag)
     return f"{which} load{'s' if which in ('A', 'B') else ''} with narrow vectors (misaligned rows or K tail)"
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.2f} µs"
 
 
 def clear_cache() -> None:
