@@ -38,15 +38,12 @@ profile (a later `jtblas calibrate`) replaces them without touching the equation
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from jtblas.config import Config, Problem
 from jtblas.hardware import Hardware
 from jtblas.model import candidates, resources
 
 NANO = 1e-9
-# Widest B tile (block_n) whose wgmma rate a K-major B does not lower (Constants).
-K_MAJOR_B_FULL_RATE_N = 32
 # Split-K partials are fp32; the reduction kernel sums REDUCTION_BLOCK elements per program
 # (jtblas.ops.SUM_SPLITS_BLOCK: kept equal by a test).
 PARTIAL_BYTES = 4
@@ -91,14 +88,12 @@ class Constants:
         swizzle and gets that fraction of the shared-memory bandwidth (`swizzle_efficiency`;
         on the H200, 128x128x32 tiles, whose K-major rows are 64 bytes, ran 1.17x (NN) and
         1.39x (NT, both operands K-major) slower than 128x128x64 at 4096x3584x3584).
-      k_major_b_efficiency_per_doubling: our kernel's wgmma rate with B stored [N, K] (NT, TT:
-        K-major B) relative to B stored [K, N], per doubling of block_n beyond
-        K_MAJOR_B_FULL_RATE_N (32): the rate is k_major_b_efficiency_per_doubling ** log2(block_n /
-        32). Measured on the H200 (Triton 3.6, 2026-11-30, session 4): the median NT ÷ NN time
-        ratio of the same config over the benchmark's NT/NN shape pairs is 1.0 for block_n ≤ 32,
-        0.94 at 64, 0.89 at 128 and 0.60-0.87 at 256 (the best NT tiles, 256x128, run 0.94-1.0 of
-        the best NN ones). Calibration; the cause (the wgmma B operand read K-major from shared
-        memory?) is not established.
+      k_major_b_efficiency: our kernel's wgmma rate with B stored [N, K] (NT, TT: K-major B)
+        relative to B stored [K, N]. Measured on the H200 (Triton 3.6, 2026-11-30, session 4),
+        best of the same ~20 configs per layout: NT ÷ NN 0.969 at 4096³, 0.940 at
+        4096x4096x14336, 0.993 at 4096x768x768, 0.996 at 4096x3584x3584 (geomean 0.974). Before
+        the kernel computed each K step's addresses from the step index (it carried pointer
+        tiles from step to step) the same ratios were 0.77-0.89. Calibration.
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -110,7 +105,7 @@ class Constants:
     full_vector_bytes: int = 16
     line_bytes: int = 128
     swizzle_bytes: int = 128
-    k_major_b_efficiency_per_doubling: float = 0.93
+    k_major_b_efficiency: float = 0.97
 
 
 DEFAULT_CONSTANTS = Constants()
@@ -202,7 +197,7 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
     fp32 with input_precision "ieee" runs on FMA units (hardware.fp32_flops); otherwise the
     tensor-core rate of the dtype (fp32 meaning tf32), times the mma.sync fraction where a
     wgmma GPU runs a tile too short for wgmma (block_m < 64), or times `k_major_b_efficiency`
-    (which falls with block_n) where a wgmma tile reads a K-major B (stored [N, K]).
+    where a wgmma tile reads a K-major B (stored [N, K]).
     """
     if resources.uses_fma(problem):
         rate = hardware.fp32_flops
@@ -211,16 +206,8 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
         if hardware.wgmma and not resources.uses_wgmma(config, problem, hardware):
             rate *= constants.mma_sync_fraction_on_wgmma_gpu
         elif hardware.wgmma and problem.transpose_b:
-            rate *= k_major_b_efficiency(config, constants)
+            rate *= constants.k_major_b_efficiency
     return hardware.sm_count / rate
-
-
-def k_major_b_efficiency(config: Config, constants: Constants = DEFAULT_CONSTANTS) -> float:
-    """Fraction of the wgmma rate a tile keeps when B is stored [N, K] (see
-    `Constants.k_major_b_efficiency_per_doubling`): 1 up to block_n = 32, then that factor for
-    every doubling of block_n."""
-    doublings = max(0.0, math.log2(config.block_n / K_MAJOR_B_FULL_RATE_N))
-    return constants.k_major_b_efficiency_per_doubling ** doublings
 
 
 def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int:
@@ -438,5 +425,5 @@ def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
 
 
 __all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "predicted_seconds",
-           "mma_seconds_per_flop", "k_major_b_efficiency", "loads_in_flight", "vector_bytes", "swizzle_efficiency",
+           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "swizzle_efficiency",
            "dram_operand_bytes", "reduction_seconds"]
