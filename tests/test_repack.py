@@ -251,22 +251,17 @@ def test_grad_through_transposed_b_copy(rng):
 
 
 def test_model_transposes_a_k_major_b_when_it_pays():
-    """NT (a dx GEMM) on a wgmma GPU whose K-major B is slow (k_major_b_efficiency as a calibrated
-    profile may measure it; our H200 kernel's 0.77-0.89 until session 4): a copy of B into [K, N]
-    plus the NN kernel beats the NT kernel for large products; not for small ones, not without
-    wgmma, never NN. With the built-in H200's 0.97 the copy does not pay."""
-    slow_nt = dataclasses.replace(hardware.H200, source="test: slow NT",
-                                  constants={"k_major_b_efficiency": 0.8})
-    big = plan(4096, 4096, 14336, "NT", gpu=slow_nt)
+    """NT (a dx GEMM) on the H200: a copy of B into [K, N] plus the NN kernel beats the NT kernel
+    for large products (k_major_b_efficiency); not for small ones, not without wgmma, never NN."""
+    big = plan(4096, 4096, 14336, "NT")
     assert big.repacks and big.transpose_b and big.pad_b and not big.pad_a
     assert not big.kernel_problem.transpose_b and big.kernel_problem.k == 14336
     assert big.copy_seconds > 0 and big.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * big.plain_seconds
     assert "transposed" in big.reason
-    assert plan(4096, 4096, 4096, "TT", gpu=slow_nt).kernel_problem.layout == "TN"
-    assert not plan(4096, 768, 768, "NT", gpu=slow_nt).transpose_b  # the copy's launch is not paid back
+    assert plan(4096, 4096, 4096, "TT").kernel_problem.layout == "TN"
+    assert not plan(4096, 768, 768, "NT").transpose_b  # the copy's launch is not paid back
     assert not plan(4096, 4096, 14336, "NT", gpu="a100").transpose_b  # mma.sync: no K-major penalty
     assert not plan(4096, 4096, 14336, "NN").repacks
-    assert not plan(4096, 4096, 14336, "NT").transpose_b  # the built-in H200: NT runs 0.94-1.0 of NN
     with pytest.raises(ValueError, match="transpose"):
         repack.padded_problem(Problem(m=8, n=8, k=8), pad_a=False, pad_b=True, pad_k=False, transpose_b=True)
 
@@ -314,10 +309,9 @@ def test_repacked_product_compiles_for_sm90(monkeypatch):
 
 
 def test_transposed_b_plan_compiles_for_sm90(monkeypatch):
-    """A dx-shaped NT product run as a transposed copy of B plus the NN kernel."""
+    """A dx-shaped NT product the model runs as a transposed copy of B plus the NN kernel."""
     monkeypatch.setenv(hardware.ENV_VAR, "h200")
     a = jax.ShapeDtypeStruct((4096, 14336), jnp.bfloat16)
     b = jax.ShapeDtypeStruct((4096, 14336), jnp.bfloat16)  # stored [N, K]
-    with ops.repack_mode("transpose"):
-        text = lower_for_cuda(functools.partial(jtblas.matmul, transpose_b=True), a, b)
+    text = lower_for_cuda(functools.partial(jtblas.matmul, transpose_b=True), a, b)
     assert "triton_kernel_call" in text and "stablehlo.transpose" in text

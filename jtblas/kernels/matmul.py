@@ -52,24 +52,20 @@ def reduce_k_blocks(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
 ):
-    """The fp32 sum over K blocks [first, last) of A·B; a_ptrs and b_ptrs point at K block 0 of
-    the tile's rows and columns. Without EVEN_K the K tail (past K) is masked to zeros. The K
-    offsets are computed in the strides' integer type (int64 under the kernel's INDEX_64)."""
+    """The fp32 sum over K blocks [first, last) of A·B; a_ptrs and b_ptrs point at block `first`.
+    Without EVEN_K the K tail (past K) is masked to zeros."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(first, last):
-        # Each step's addresses are the block-0 pointers plus k·BLOCK_K along K, not pointers
-        # carried from step to step: with K-major B (NT) the carried pointer tiles ran 4096^3 bf16
-        # at 563 TFLOP/s on the H200, this form at 731 (NN and TN unchanged; BENCHMARKS.md).
-        a_k = a_ptrs + k * BLOCK_K * stride_ak
-        b_k = b_ptrs + k * BLOCK_K * stride_bk
         if EVEN_K:
-            a = tl.load(a_k)
-            b = tl.load(b_k)
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
         else:
             k_left = K - k * BLOCK_K
-            a = tl.load(a_k, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_k, mask=offs_k[:, None] < k_left, other=0.0)
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
     return acc
 
 
@@ -169,8 +165,6 @@ def matmul_kernel(
         pid_m = pid_m.to(tl.int64)
         pid_n = pid_n.to(tl.int64)
         batch = batch.to(tl.int64)
-        stride_ak = stride_ak.to(tl.int64)  # k · BLOCK_K · stride_ak may pass 2^31 elements
-        stride_bk = stride_bk.to(tl.int64)
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
@@ -195,6 +189,8 @@ def matmul_kernel(
         chunk = tl.cdiv(k_blocks, SPLIT_K)
         first = split * chunk
         last = tl.minimum(first + chunk, k_blocks)
+        a_ptrs += first * BLOCK_K * stride_ak
+        b_ptrs += first * BLOCK_K * stride_bk
         if not ATOMIC_SPLIT:
             c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
@@ -205,5 +201,4 @@ def matmul_kernel(
         add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
     else:
         store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-
 
