@@ -451,7 +451,7 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     payload = json.loads((out / "cpu_plan.json").read_text())
     assert payload["hardware"] == "h200" and [row["name"] for row in payload["plans"]] == ["t1", "t2", "t3"]
     by_name = {row["name"]: row for row in payload["plans"]}
-    assert by_name["t2"]["repacked"] == "AB" and by_name["t3"]["repacked"] == ""  # NT runs as NT
+    assert by_name["t2"]["repacked"] == "AB" and by_name["t3"]["repacked"] == "Bᵀ"
     assert all(row["predicted_seconds"] > 0 and row["config"] for row in payload["plans"])
     assert len(payload["checks"]) == 9 and all(row["ok"] for row in payload["checks"])
     text = (out / "cpu_plan.md").read_text()
