@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -45,16 +46,39 @@ class Ranked:
         return f"{size}-{self.layout}"
 
 
+# A first-pass reading this many times above every other stage count of the same tile is taken
+# for a glitch (one-off single-launch readings of 10x the kernel were seen on the H200; before
+# session 4's `oracle.first_pass_time` a config could be ruled out on one) and left out.
+GLITCH_RATIO = 4.0
+
+
 def load_cache(path: str | Path) -> dict[str, dict[str, float]]:
     """{shape key ("MxNxK dtype layout"): {config name: first-pass seconds}}, the most complete
-    entry per shape when the cache holds several (other candidate lists, other GPUs)."""
+    entry per shape when the cache holds several (other candidate lists, other GPUs), without
+    readings that `glitches` flags."""
     entries: dict[str, dict[str, float]] = {}
     for key, entry in json.loads(Path(path).read_text()).items():
         shape_key = key.split("|")[0]
         times = {name: t for name, t, error in entry.get("first", []) if t and not error}
         if len(times) > len(entries.get(shape_key, {})):
             entries[shape_key] = times
-    return entries
+    return {key: {name: t for name, t in times.items() if name not in glitches(times)}
+            for key, times in entries.items()}
+
+
+def glitches(times: dict[str, float]) -> set[str]:
+    """Configs whose time is over GLITCH_RATIO times that of every other stage count of the same
+    tile, warps, group and split (names differing only in " sN"; needs at least one sibling)."""
+    siblings: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for name, t in times.items():
+        siblings[re.sub(r" s\d+", " s*", name)].append((name, t))
+    flagged = set()
+    for family in siblings.values():
+        for name, t in family:
+            others = [u for other, u in family if other != name]
+            if others and t > GLITCH_RATIO * max(others):
+                flagged.add(name)
+    return flagged
 
 
 def rank(entries: dict[str, dict[str, float]], hardware) -> list[Ranked]:

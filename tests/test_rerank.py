@@ -59,3 +59,16 @@ def test_statistics_on_known_values():
     assert s["geomean"] == pytest.approx(math.exp((math.log(0.5) + math.log(0.25)) / 10))
     assert s["p10"] == 0.5 and s["min"] == 0.25
     assert rerank.statistics([])["geomean"] is None
+
+
+def test_glitched_readings_are_left_out(tmp_path):
+    """A reading over GLITCH_RATIO times every other stage count of its tile is dropped (a
+    572 µs first pass of a 13 µs config was in session 3's cache); a tile slow at every stage
+    count, or alone, is kept."""
+    times = {"64x64x128 w4 s4 g8": 13e-6, "64x64x128 w4 s5 g8": 13.1e-6, "64x64x128 w4 s6 g8": 572e-6,
+             "128x128x64 w4 s3 g8": 90e-6, "128x128x64 w4 s4 g8": 95e-6, "16x16x32 w4 s3 g1": 1e-3}
+    assert rerank.glitches(times) == {"64x64x128 w4 s6 g8"}
+    (tmp_path / "cache.json").write_text(json.dumps(
+        {"64x64x4096 bfloat16 NN|NVIDIA H200|abc": dict(first=[[n, t, None] for n, t in times.items()])}))
+    kept = rerank.load_cache(tmp_path / "cache.json")["64x64x4096 bfloat16 NN"]
+    assert set(kept) == set(times) - {"64x64x128 w4 s6 g8"}
