@@ -58,7 +58,7 @@ class Constants:
       memory_latency_seconds: latency of one pipelined global load under load (s). DRAM latency on
         Hopper is ~480-500 clocks idle (Luo et al. 2024, "Benchmarking and Dissecting the Nvidia
         Hopper GPU Architecture") and grows under a saturating stream; we take 1 µs, so that
-        `num_stages − 1` loads in flight must cover it. Checked against the H200 benchmark's
+        `loads_in_flight` (num_stages − 2) loads in flight must cover it. Checked against the H200 benchmark's
         exhaustive data (docs/model.md): of 0.7, 1, 1.5 and 2 µs, 1 µs ranked configs best on
         either half of the shapes alone (a measurement to replace by `jtblas calibrate`).
       smem_bytes_per_clock: shared-memory bandwidth per SM (bytes/clock): 32 banks x 4 bytes on
@@ -210,11 +210,15 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
 
 
 def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int:
-    """K steps whose loads are in flight while one step computes: num_stages − 1, less one for
-    async wgmma, whose in-flight MMA group still holds the previous stage's buffers (Triton's
-    Hopper pipelining); at least 1."""
-    held = 1 if resources.uses_wgmma(config, problem, hardware) else 0
-    return max(1, config.num_stages - 1 - held)
+    """K steps whose loads are in flight while one step computes: num_stages − 2, at least 1.
+
+    Triton 3.6's software pipeliner waits for a stage's copies with those of num_stages − 2 later
+    stages still pending, for wgmma, mma.sync and FMA tiles alike: our kernel compiled for sm_90
+    and sm_80 has `ttg.async_wait {num = 2·(num_stages − 2)}` in its K loop (two async copies, A
+    and B, per stage; checked 2026-11-30 for 16-, 64- and 128-row tiles, bf16 and fp32). Until
+    session 4 mma.sync tiles were given num_stages − 1.
+    """
+    return max(1, config.num_stages - 2)
 
 
 def vector_bytes(problem: Problem, config: Config, operand: str,
