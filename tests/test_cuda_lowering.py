@@ -87,3 +87,56 @@ def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
         with_split += calls >= 2
         with_repack += "stablehlo.pad" in text
     assert with_split and with_repack  # the sets exercise both paths
+
+
+def _k_loop_async_waits(config, problem, capability):
+    """The `ttg.async_wait` counts in our kernel compiled for `capability` (Triton's own
+    compiler, as jax-triton calls it: pointers 16-byte aligned, unit strides constant)."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from jtblas.kernels.matmul import matmul_kernel
+    from jtblas.ops import launch_spec
+
+    spec = launch_spec(problem, config)
+    pointers = ("a_ptr", "b_ptr", "c_ptr")
+    scalar_names = [n for n in matmul_kernel.arg_names if n not in pointers and n not in spec.metaparams]
+    scalars = dict(zip(scalar_names, spec.scalars))
+    signature, constexprs, attrs = {}, {}, {}
+    for index, name in enumerate(matmul_kernel.arg_names):
+        if name in pointers:
+            signature[name] = "*bf16"
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name in spec.metaparams or scalars.get(name) == 1:
+            signature[name] = "constexpr"
+            constexprs[name] = spec.metaparams.get(name, 1)
+        else:
+            signature[name] = "i32"
+    compiled = triton.compile(ASTSource(fn=matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", capability, 32),
+                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    return {int(n) for n in re.findall(r"ttg\.async_wait[^\n]*\{num = (\d+)", compiled.asm["ttgir"])}
+
+
+@pytest.mark.parametrize("block_m,num_warps,num_stages,capability", [
+    (16, 4, 4, 90),   # mma.sync on Hopper (a decode tile)
+    (128, 8, 5, 90),  # wgmma
+    (64, 4, 3, 80),   # Ampere
+])
+def test_pipeline_keeps_stages_minus_two_loads_in_flight(block_m, num_warps, num_stages, capability,
+                                                         tmp_path, monkeypatch):
+    """The model's `loads_in_flight` (num_stages − 2) is what the compiler builds: the K loop
+    waits for a stage's two async copies (A and B) with 2·(num_stages − 2) copies still pending.
+    If a Triton upgrade changes this, the model's latency term must change with it."""
+    from jtblas.model import cost
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+    config = jtblas.Config(block_m=block_m, block_n=64, block_k=64, group_m=1, num_warps=num_warps,
+                           num_stages=num_stages)
+    problem = jtblas.Problem(m=4096, n=4096, k=4096, dtype="bfloat16", out_dtype="bfloat16")
+    waits = _k_loop_async_waits(config, problem, capability)
+    hw = hardware.H200 if capability == 90 else hardware.A100
+    assert waits - {0} == {2 * cost.loads_in_flight(config, problem, hw)}, waits
