@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+from jtblas.bench.report import geomean
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,7 @@ def statistics(ratios: list[float]) -> dict:
     values = sorted(ratios)
     if not values:
         return dict(count=0, geomean=None, p10=None, min=None)
-    return dict(count=len(values), geomean=math.exp(sum(math.log(v) for v in values) / len(values)),
-                p10=values[len(values) // 10], min=values[0])
+    return dict(count=len(values), geomean=geomean(values), p10=values[len(values) // 10], min=values[0])
 
 
 def report(ranked: list[Ranked], *, worst: int = 10, halves: bool = False) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch
-from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
+from jtblas.config import OPERAND_DTYPE_BYTES, VALID_NUM_WARPS, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import repack, resources
@@ -386,8 +386,9 @@ def gemv_spec(m: int, n: int, k: int, *, block_k: int, block_n: int, split_k: in
     for name, value in (("block_k", block_k), ("block_n", block_n)):
         if value < 1 or value & (value - 1):
             raise ValueError(f"gemv_spec: {name}={value} is not a power of two")
-    if split_k < 1 or num_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"gemv_spec: split_k={split_k} must be >= 1 and num_warps={num_warps} in 1..16")
+    if split_k < 1 or num_warps not in VALID_NUM_WARPS:
+        raise ValueError(f"gemv_spec: split_k={split_k} must be >= 1 and num_warps={num_warps} "
+                         f"one of {VALID_NUM_WARPS}")
     if max(k * n, split_k * m * n) >= _INDEX_32_LIMIT:
         raise ValueError(f"gemv_spec: {k}x{n} weight or {split_k}x{m}x{n} partials need 64-bit offsets")
     limit = 16 // operand_bytes
