@@ -367,6 +367,7 @@ def launch_spec(
             **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
             SPLIT_K=split,
             ATOMIC_SPLIT=atomic,
+            K_FROM_INDICES=resources.k_from_indices(problem),
         ),
     )
 

@@ -1,6 +1,6 @@
 """The facts the kernel's compiler hints claim, checked in numpy over random sizes.
 
-`tile_pointers` tells Triton that the wrapped tile offsets `(pid·BLOCK + arange(BLOCK)) % N` come
+`tile_bases` tells Triton that the wrapped tile offsets `(pid·BLOCK + arange(BLOCK)) % N` come
 in runs of N_UNIT contiguous values, each run starting at a multiple of N_UNIT, where N_UNIT is
 the power of two (≤ 16 bytes' worth) that `ops.launch_spec` found dividing N. A false claim makes
 the GPU issue vector loads at misaligned addresses (it did, with tutorial 03's runs of BLOCK, on

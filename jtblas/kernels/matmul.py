@@ -24,12 +24,11 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 
 @triton.jit
-def tile_pointers(
-    a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_ak, stride_bk, stride_bn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
+def tile_bases(
+    a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
 ):
-    """Pointers to the first K block of a tile's A rows and B columns, and the K offsets."""
+    """Pointers to the tile's A rows ([BLOCK_M, 1]) and B columns ([1, BLOCK_N]) at K = 0."""
     # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
     # the store is masked, so wrapped values are never written.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
@@ -40,22 +39,41 @@ def tile_pointers(
     # mod 8 it made a 16-byte load start at column 2, a misaligned address on the H200.)
     offs_m = tl.max_contiguous(tl.multiple_of(offs_m, M_UNIT), M_UNIT)
     offs_n = tl.max_contiguous(tl.multiple_of(offs_n, N_UNIT), N_UNIT)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    return a_ptrs, b_ptrs, offs_k
+    return a_ptr + offs_m[:, None] * stride_am, b_ptr + offs_n[None, :] * stride_bn
 
 
 @triton.jit
 def reduce_k_blocks(
-    a_ptrs, b_ptrs, offs_k, K, first, last, stride_ak, stride_bk,
+    a_rows, b_cols, K, first, last, stride_ak, stride_bk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr, INDEX_64: tl.constexpr,
+    K_FROM_INDICES: tl.constexpr,
 ):
-    """The fp32 sum over K blocks [first, last) of A·B; a_ptrs and b_ptrs point at block `first`.
-    Without EVEN_K the K tail (past K) is masked to zeros."""
+    """The fp32 sum over K blocks [first, last) of A·B, from the tile's row and column pointers
+    (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros.
+
+    Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
+    BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
+    each step. K_FROM_INDICES: each step builds them anew from its K indices. On the H200
+    (Triton 3.6, 2026-11-30) the second ran 8-warp tiles with a K-major B (stored [N, K])
+    1.08-1.40x faster and 4-warp 128x128 tiles with B stored [K, N] 12-16% slower
+    (BENCHMARKS.md, "K addressing"); `jtblas.model.resources.k_from_indices` chooses.
+    """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    offs_k = tl.arange(0, BLOCK_K)
+    if not K_FROM_INDICES:
+        a_ptrs = a_rows + offs_k[None, :] * stride_ak
+        b_ptrs = b_cols + offs_k[:, None] * stride_bk
+        if first != 0:
+            a_ptrs += first * BLOCK_K * stride_ak
+            b_ptrs += first * BLOCK_K * stride_bk
     for k in range(first, last):
+        if K_FROM_INDICES:
+            ks = k * BLOCK_K + offs_k
+            if INDEX_64:
+                ks = ks.to(tl.int64)
+            a_ptrs = a_rows + ks[None, :] * stride_ak
+            b_ptrs = b_cols + ks[:, None] * stride_bk
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
@@ -64,8 +82,9 @@ def reduce_k_blocks(
             a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+        if not K_FROM_INDICES:
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
     return acc
 
 
@@ -129,6 +148,7 @@ def matmul_kernel(
     STRIDE_CB_UNIT: tl.constexpr,
     SPLIT_K: tl.constexpr = 1,
     ATOMIC_SPLIT: tl.constexpr = False,
+    K_FROM_INDICES: tl.constexpr = False,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -141,6 +161,7 @@ def matmul_kernel(
 
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
+    K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does
@@ -168,15 +189,14 @@ def matmul_kernel(
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
-    a_ptrs, b_ptrs, offs_k = tile_pointers(
-        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, M_UNIT, N_UNIT,
+    a_rows, b_cols = tile_bases(
+        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT,
     )
     k_blocks = tl.cdiv(K, BLOCK_K)
     if SPLIT_K == 1:
         acc = reduce_k_blocks(
-            a_ptrs, b_ptrs, offs_k, K, 0, k_blocks, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K,
+            a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES,
         )
     else:
         # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
@@ -189,13 +209,11 @@ def matmul_kernel(
         chunk = tl.cdiv(k_blocks, SPLIT_K)
         first = split * chunk
         last = tl.minimum(first + chunk, k_blocks)
-        a_ptrs += first * BLOCK_K * stride_ak
-        b_ptrs += first * BLOCK_K * stride_bk
         if not ATOMIC_SPLIT:
             c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
-            a_ptrs, b_ptrs, offs_k, K, first, last, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K,
+            a_rows, b_cols, K, first, last, stride_ak, stride_bk,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES,
         )
     if ATOMIC_SPLIT:
         add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)

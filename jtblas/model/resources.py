@@ -51,6 +51,15 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
     return errors
 
 
+def k_from_indices(problem: Problem) -> bool:
+    """Whether the kernel addresses each K step from its K indices (else: carried pointer
+    increments; `jtblas.kernels.matmul.reduce_k_blocks`). Chosen by layout: with B stored
+    [N, K] (transpose_b) the indexed form ran 8-warp tiles 1.08-1.40x faster on the H200 and
+    4-warp tiles within 3%; with B stored [K, N] it ran 4-warp tiles 12-16% slower and 8-warp
+    tiles within 3% (Triton 3.6, 2026-11-30; BENCHMARKS.md, "K addressing")."""
+    return problem.transpose_b
+
+
 # --- Occupancy and instruction layout (used by the cost model) ------------------------------------
 
 # The CUDA runtime reserves 1 KB of shared memory per resident block on cc 8.x and 9.x (CUDA C++
