@@ -50,3 +50,14 @@ def test_launch_units_divide_what_they_claim_to(m, n, k, transpose_a, transpose_
         unit = spec.metaparams[f"{name}_UNIT"]
         assert unit & (unit - 1) == 0 and unit <= 16, (name, unit)
         assert reduced * unit == value, (name, reduced, unit, value)
+
+
+def test_only_nt_products_address_k_steps_from_their_indices():
+    """The two K-addressing forms compute the same values (the interpreter tests of every layout
+    run both); which one a layout gets is the measured choice of `resources.k_from_indices`."""
+    config = Config(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=3)
+    for transpose_a, transpose_b, expected in ((False, False, False), (False, True, True),
+                                               (True, False, False), (True, True, False)):
+        problem = Problem(m=100, n=80, k=96, dtype="bfloat16", out_dtype="bfloat16",
+                          transpose_a=transpose_a, transpose_b=transpose_b)
+        assert launch_spec(problem, config).metaparams["K_FROM_INDICES"] is expected

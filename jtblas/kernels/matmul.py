@@ -54,10 +54,8 @@ def reduce_k_blocks(
 
     Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
     BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
-    each step. K_FROM_INDICES: each step builds them anew from its K indices. On the H200
-    (Triton 3.6, 2026-11-30) the second ran 8-warp tiles with a K-major B (stored [N, K])
-    1.08-1.40x faster and 4-warp 128x128 tiles with B stored [K, N] 12-16% slower
-    (BENCHMARKS.md, "K addressing"); `jtblas.model.resources.k_from_indices` chooses.
+    each step. K_FROM_INDICES: each step builds them anew from its K indices. Neither is faster
+    everywhere on the H200 (Triton 3.6); `jtblas.model.resources.k_from_indices` chooses.
     """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k = tl.arange(0, BLOCK_K)

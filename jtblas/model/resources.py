@@ -53,11 +53,12 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
 
 def k_from_indices(problem: Problem) -> bool:
     """Whether the kernel addresses each K step from its K indices (else: carried pointer
-    increments; `jtblas.kernels.matmul.reduce_k_blocks`). Chosen by layout: with B stored
-    [N, K] (transpose_b) the indexed form ran 8-warp tiles 1.08-1.40x faster on the H200 and
-    4-warp tiles within 3%; with B stored [K, N] it ran 4-warp tiles 12-16% slower and 8-warp
-    tiles within 3% (Triton 3.6, 2026-11-30; BENCHMARKS.md, "K addressing")."""
-    return problem.transpose_b
+    increments; `jtblas.kernels.matmul.reduce_k_blocks`). Chosen by layout, from one run of both
+    forms over the same configs on the H200 (Triton 3.6, 2026-11-30; BENCHMARKS.md, "K
+    addressing"): in NT (both operands K-major) the indexed form's best config was 2-9% faster
+    (4096³: 701 vs 644 TFLOP/s) and the exhaustive best of 21 NT shapes 1.06x faster in geometric
+    mean; in TT it was 0-8% slower, in NN and TN within 1%."""
+    return problem.transpose_b and not problem.transpose_a
 
 
 # --- Occupancy and instruction layout (used by the cost model) ------------------------------------
