@@ -88,11 +88,13 @@ class Constants:
         swizzle and gets that fraction of the shared-memory bandwidth (`swizzle_efficiency`;
         on the H200, 128x128x32 tiles, whose K-major rows are 64 bytes, ran 1.17x (NN) and
         1.39x (NT, both operands K-major) slower than 128x128x64 at 4096x3584x3584).
-      k_major_b_efficiency: our kernel's wgmma rate with B stored [N, K] (NT, TT: K-major B)
-        relative to B stored [K, N]. Measured on the H200 (Triton 3.6), best config of each
-        layout from the exhaustive search: NT ÷ NN 0.77 at 4096³, 0.78 at 4096x4096x14336, 0.87
-        at 4096x768x768, 0.89 at 4096x3584x3584; loading B as [N, K] rows and transposing in
-        the kernel (`tl.trans`) did not change it. Calibration.
+      k_major_b_efficiency: our kernel's wgmma rate in NT (A and B both K-major, B stored [N, K])
+        relative to NN. Measured on the H200 (Triton 3.6), best config of each layout from the
+        exhaustive search: NT ÷ NN 0.77 at 4096³, 0.78 at 4096x4096x14336, 0.87 at 4096x768x768,
+        0.89 at 4096x3584x3584 (session 2); 0.87-0.94 with NT's K steps addressed from their
+        indices (session 5). It is kept at 0.8 because the model's NT picks rank ~0.75 of NT's
+        best (docs/model.md). TT is not discounted: with B stored [N, K] too but A M-major, its
+        best ran 0.93-0.94 of NN's in one run (session 5, BENCHMARKS.md). Calibration.
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -196,7 +198,7 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
     fp32 with input_precision "ieee" runs on FMA units (hardware.fp32_flops); otherwise the
     tensor-core rate of the dtype (fp32 meaning tf32), times the mma.sync fraction where a
     wgmma GPU runs a tile too short for wgmma (block_m < 64), or times `k_major_b_efficiency`
-    where a wgmma tile reads a K-major B (stored [N, K]).
+    where a wgmma tile reads both operands K-major (NT).
     """
     if resources.uses_fma(problem):
         rate = hardware.fp32_flops
@@ -204,7 +206,7 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
         rate = hardware.tensor_flops[problem.dtype]
         if hardware.wgmma and not resources.uses_wgmma(config, problem, hardware):
             rate *= constants.mma_sync_fraction_on_wgmma_gpu
-        elif hardware.wgmma and problem.transpose_b:
+        elif hardware.wgmma and problem.transpose_b and not problem.transpose_a:
             rate *= constants.k_major_b_efficiency
     return hardware.sm_count / rate
 

@@ -11,8 +11,8 @@ kernel on zero-padded copies at 580-700 (issue 7). `plan_for_problem` weighs the
 
 and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. On a wgmma GPU, a B stored
 [N, K] (transpose_b) may also be copied transposed, into [K, N]: the kernel then runs the NN (TN)
-layout, whose tensor cores are not slowed by a K-major B (`Constants.k_major_b_efficiency`), for
-the price of one copy of B.
+layout, whose tensor cores are not slowed as NT's are (`Constants.k_major_b_efficiency`), for the
+price of one copy of B (TT is not slowed, so the model copies it only to pad).
 
 A copied operand is zero-padded with its padded axes rounded up to PAD_MULTIPLE elements: K (so
 the product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
