@@ -6,8 +6,10 @@ GEMMs of training: two forward, two dx, two dw). Both variants share parameters 
 are timed in the same run by the slope method of `matmul_vs_xla.seconds_per_call`.
 
     python benchmarks/mlp_block.py [--tokens 8192 --hidden 4096 --ffn 14336] [--repack-modes auto,never]
+                                   [--no-bias] [--activation gelu|none]
 
-`--repack-modes` times jtblas once per repack mode (`jtblas.ops.repack_mode`, read at trace time):
+`--no-bias` and `--activation none` strip the block down to its GEMMs (what XLA can fuse into
+its GEMMs' epilogues, bias and GELU, a jax-triton custom call cannot take in). `--repack-modes` times jtblas once per repack mode (`jtblas.ops.repack_mode`, read at trace time):
 "auto" is the model's plan (which may copy a weight transposed for the dx GEMMs), "never" keeps
 every GEMM on the caller's operands.
 """
@@ -30,15 +32,21 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from matmul_vs_xla import seconds_per_call  # noqa: E402
 
 
+ACTIVATIONS = {"gelu": nn.gelu, "none": lambda h: h}
+
+
 class Block(nn.Module):
     hidden: int
     ffn: int
     dense: type = nn.Dense
+    use_bias: bool = True
+    activation: str = "gelu"
 
     @nn.compact
     def __call__(self, x):
-        h = self.dense(self.ffn, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)(x)
-        return self.dense(self.hidden, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)(nn.gelu(h))
+        dense = dict(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, use_bias=self.use_bias)
+        h = self.dense(self.ffn, **dense)(x)
+        return self.dense(self.hidden, **dense)(ACTIVATIONS[self.activation](h))
 
 
 def step_function(block: Block, params):
@@ -62,16 +70,20 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--ffn", type=int, default=14336)
     parser.add_argument("--repack-modes", default="auto")
+    parser.add_argument("--no-bias", action="store_true", help="Dense layers without bias")
+    parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default="gelu")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.repack_modes.split(",") if m.strip()]
     x = jax.random.normal(jax.random.key(0), (args.tokens, args.hidden), jnp.bfloat16)
-    flax_block = Block(args.hidden, args.ffn, nn.Dense)
-    ours_block = Block(args.hidden, args.ffn, jtblas.nn.Dense)
+    options = dict(use_bias=not args.no_bias, activation=args.activation)
+    flax_block = Block(args.hidden, args.ffn, nn.Dense, **options)
+    ours_block = Block(args.hidden, args.ffn, jtblas.nn.Dense, **options)
     params = flax_block.init(jax.random.key(1), x)
     # The same parameter tree serves both (jtblas.nn.Dense keeps Flax's names and shapes).
     flops = 6 * 2 * args.tokens * args.hidden * args.ffn
-    print(f"MLP block fwd+bwd, {args.tokens} tokens, {args.hidden}->{args.ffn}->{args.hidden} bf16:", flush=True)
+    print(f"MLP block fwd+bwd, {args.tokens} tokens, {args.hidden}->{args.ffn}->{args.hidden} bf16, "
+          f"bias {options['use_bias']}, activation {args.activation}:", flush=True)
     flax_seconds = seconds_per_call(step_function(flax_block, params), x, None, repeats=4, trials=3)
     print(f"  flax.linen.Dense           {flax_seconds * 1e3:8.3f} ms  ({flops / flax_seconds / 1e12:.0f} TFLOP/s)",
           flush=True)
@@ -84,7 +96,7 @@ def main(argv=None) -> None:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(
             device=jax.devices()[0].device_kind, jax=jax.__version__, tokens=args.tokens,
-            hidden=args.hidden, ffn=args.ffn, flax_seconds=flax_seconds, jtblas_seconds=ours,
+            hidden=args.hidden, ffn=args.ffn, **options, flax_seconds=flax_seconds, jtblas_seconds=ours,
         ), indent=1))
 
 
