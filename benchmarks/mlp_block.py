@@ -9,7 +9,9 @@ are timed in the same run by the slope method of `matmul_vs_xla.seconds_per_call
                                    [--no-bias] [--activation gelu|none]
 
 `--no-bias` and `--activation none` strip the block down to its GEMMs (what XLA can fuse into
-its GEMMs' epilogues, bias and GELU, a jax-triton custom call cannot take in). `--repack-modes` times jtblas once per repack mode (`jtblas.ops.repack_mode`, read at trace time):
+its GEMMs' epilogues, bias and GELU, a jax-triton custom call cannot take in).
+
+`--repack-modes` times jtblas once per repack mode (`jtblas.ops.repack_mode`, read at trace time):
 "auto" is the model's plan (which may copy a weight transposed for the dx GEMMs), "never" keeps
 every GEMM on the caller's operands.
 """
