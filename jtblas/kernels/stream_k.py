@@ -1,0 +1,95 @@
+"""Stream-K GEMM (Osama et al., PPoPP 2023): a persistent grid shares the K iterations of all
+tiles evenly, whatever the tile count. Experimental: measured by `benchmarks/stream_k_probe.py`,
+not a candidate of the model.
+
+Only `@triton.jit` code lives here. Program p of P takes the K iterations [p·T/P, (p+1)·T/P) of
+the T = tiles · k_blocks in tile order. A tile it covers whole is stored into C; a piece of a
+tile goes, in fp32, to its own slot of a workspace [P, 2, BLOCK_M, BLOCK_N] (slot 0: the tile
+where the program starts, slot 1: the one where it ends), and `stream_k_fixup` adds the pieces of
+each shared tile in program order, so the result is the same run after run.
+"""
+
+import triton
+import triton.language as tl
+
+from jtblas.kernels.matmul import grouped_tile, reduce_k_blocks, store_tile, tile_bases
+
+
+@triton.jit
+def first_iteration(program, total, PROGRAMS: tl.constexpr):
+    """The first K iteration of `program` (the even share of `total` iterations)."""
+    return (program * total) // PROGRAMS
+
+
+@triton.jit
+def workspace_tile(ws_ptr, program, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Pointers to one [BLOCK_M, BLOCK_N] fp32 slot of the workspace, row-major."""
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    return ws_ptr + (program * 2 + slot) * BLOCK_M * BLOCK_N + rows[:, None] * BLOCK_N + cols[None, :]
+
+
+@triton.jit
+def stream_k_kernel(
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    ws_ptr, c_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PROGRAMS: tl.constexpr, INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+    M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
+):
+    """Program `program_id(0)` of PROGRAMS: its share of all tiles' K iterations (module doc).
+    Sizes and strides as `matmul_kernel`'s, unscaled (the probe launches from torch, whose
+    launcher specialises on their divisibility itself); M_UNIT, N_UNIT as there."""
+    program = tl.program_id(0)
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks
+    start = first_iteration(program, total, PROGRAMS)
+    end = first_iteration(program + 1, total, PROGRAMS)
+    first_tile = start // k_blocks
+    iteration = start
+    while iteration < end:
+        tile = iteration // k_blocks
+        k_first = iteration - tile * k_blocks
+        k_last = tl.minimum(k_blocks, k_first + end - iteration)
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        a_rows, b_cols = tile_bases(a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
+                                    BLOCK_M, BLOCK_N, M_UNIT, N_UNIT)
+        acc = reduce_k_blocks(a_rows, b_cols, K, k_first, k_last, stride_ak, stride_bk,
+                              BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, False, False)
+        if (k_first == 0) & (k_last == k_blocks):
+            store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        else:
+            slot = tl.where(tile == first_tile, 0, 1)
+            tl.store(workspace_tile(ws_ptr, program, slot, BLOCK_M, BLOCK_N), acc)
+        iteration += k_last - k_first
+
+
+@triton.jit
+def stream_k_fixup(
+    ws_ptr, M, N, K, stride_cm, stride_cn, c_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PROGRAMS: tl.constexpr,
+):
+    """Program `program_id(0)` = one tile: if several programs shared it, the sum of their
+    pieces (in program order) into C; a tile one program covered whole is left alone."""
+    tile = tl.program_id(0)
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks
+    low = tile * k_blocks
+    high = low + k_blocks - 1
+    # The programs holding iterations `low` and `high`: first_iteration(p) <= i < first_iteration(p+1).
+    first = (low * PROGRAMS) // total
+    while first_iteration(first + 1, total, PROGRAMS) <= low:
+        first += 1
+    last = (high * PROGRAMS) // total
+    while first_iteration(last + 1, total, PROGRAMS) <= high:
+        last += 1
+    if first != last:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for program in range(first, last + 1):
+            begin = first_iteration(program, total, PROGRAMS)
+            if first_iteration(program + 1, total, PROGRAMS) > begin:  # programs may get none
+                slot = tl.where(begin // k_blocks == tile, 0, 1)
+                acc += tl.load(workspace_tile(ws_ptr, program, slot, BLOCK_M, BLOCK_N))
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
