@@ -5,7 +5,8 @@
 For each M x N x K (NN, bf16) shape, side by side in one run (torch launches in CUDA graphs,
 operand sets rotating past the L2, as `jtblas bench` times): cuBLAS, the model's plan (plain or
 split-K tiled kernel) and the experimental Stream-K kernels (`jtblas/kernels/stream_k.py`: a
-persistent grid sharing all tiles' K iterations, then a fix-up launch for shared tiles) over a few
+persistent grid computing all but the last full wave of tiles whole and sharing the rest's K
+iterations, then a fix-up launch for the shared tiles) over a few
 wgmma tiles and grids of one or two programs per SM. Prints TFLOP/s per contender; the JSON holds
 every timing. The shapes are chosen where wave quantization or few tiles cost the tiled kernel:
 deep K with a handful of tiles, tile counts just past a whole number of waves, a decode product.
@@ -33,14 +34,17 @@ def stream_k_launcher(torch, ops, m: int, n: int, k: int, tile: tuple, programs:
     block_m, block_n, block_k, warps, stages = tile
     workspace = torch.empty((programs, 2, block_m, block_n), device="cuda", dtype=torch.float32)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    dp_tiles = max(0, tiles // programs - 1) * programs  # all but the last full wave: whole tiles
+    fix_rows = min(block_m, max(1, 2048 // block_n))  # fix-up programs of 2048 elements
     sizes = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, PROGRAMS=programs)
 
     def launch(i):
         stream_k_kernel[(programs,)](
-            ops.a[i], ops.b[i], m, n, k, k, 1, n, 1, n, 1, workspace, ops.c[i],
+            ops.a[i], ops.b[i], m, n, k, k, 1, n, 1, n, 1, dp_tiles, workspace, ops.c[i],
             INPUT_PRECISION=input_precision, EVEN_K=k % block_k == 0, M_UNIT=divisibility_unit(m, 8),
             N_UNIT=divisibility_unit(n, 8), num_warps=warps, num_stages=stages, **sizes)
-        stream_k_fixup[(tiles,)](workspace, m, n, k, n, 1, ops.c[i], num_warps=4, **sizes)
+        stream_k_fixup[(tiles - dp_tiles, block_m // fix_rows)](
+            workspace, m, n, k, n, 1, dp_tiles, ops.c[i], FIX_ROWS=fix_rows, num_warps=4, **sizes)
 
     return launch
 

@@ -1,12 +1,14 @@
-"""Stream-K GEMM (Osama et al., PPoPP 2023): a persistent grid shares the K iterations of all
-tiles evenly, whatever the tile count. Experimental: measured by `benchmarks/stream_k_probe.py`,
-not a candidate of the model.
+"""Stream-K GEMM (Osama et al., PPoPP 2023), in its data-parallel + Stream-K hybrid: a persistent
+grid of PROGRAMS computes the first DP_TILES tiles whole (round robin), then shares the K
+iterations of the remaining tiles evenly. Experimental: measured by
+`benchmarks/stream_k_probe.py`, not a candidate of the model.
 
 Only `@triton.jit` code lives here. Program p of P takes the K iterations [p·T/P, (p+1)·T/P) of
-the T = tiles · k_blocks in tile order. A tile it covers whole is stored into C; a piece of a
-tile goes, in fp32, to its own slot of a workspace [P, 2, BLOCK_M, BLOCK_N] (slot 0: the tile
-where the program starts, slot 1: the one where it ends), and `stream_k_fixup` adds the pieces of
-each shared tile in program order, so the result is the same run after run.
+the T = (tiles − DP_TILES) · k_blocks of the shared tiles, in tile order. A tile it covers whole
+is stored into C; a piece of a tile goes, in fp32, to its own slot of a workspace [P, 2,
+BLOCK_M, BLOCK_N] (slot 0: the tile where the program starts, slot 1: the one where it ends),
+and `stream_k_fixup` adds the pieces of each shared tile in program order, so the result is the
+same run after run.
 """
 
 import triton
@@ -31,20 +33,29 @@ def workspace_tile(ws_ptr, program, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 
 @triton.jit
 def stream_k_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, DP_TILES,
     ws_ptr, c_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr, INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
     M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
 ):
-    """Program `program_id(0)` of PROGRAMS: its share of all tiles' K iterations (module doc).
+    """Program `program_id(0)` of PROGRAMS: tiles program, program + PROGRAMS, ... below DP_TILES
+    whole, then its share of the other tiles' K iterations (module doc).
     Sizes and strides as `matmul_kernel`'s, unscaled (the probe launches from torch, whose
     launcher specialises on their divisibility itself); M_UNIT, N_UNIT as there."""
     program = tl.program_id(0)
     k_blocks = tl.cdiv(K, BLOCK_K)
-    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks
-    start = first_iteration(program, total, PROGRAMS)
-    end = first_iteration(program + 1, total, PROGRAMS)
+    for tile in range(program, DP_TILES, PROGRAMS):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        a_rows, b_cols = tile_bases(a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
+                                    BLOCK_M, BLOCK_N, M_UNIT, N_UNIT)
+        acc = reduce_k_blocks(a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
+                              BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, False, False)
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    shared = DP_TILES * k_blocks  # the first iteration of the shared tiles
+    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks - shared
+    start = shared + first_iteration(program, total, PROGRAMS)
+    end = shared + first_iteration(program + 1, total, PROGRAMS)
     first_tile = start // k_blocks
     iteration = start
     while iteration < end:
@@ -66,16 +77,19 @@ def stream_k_kernel(
 
 @triton.jit
 def stream_k_fixup(
-    ws_ptr, M, N, K, stride_cm, stride_cn, c_ptr,
+    ws_ptr, M, N, K, stride_cm, stride_cn, DP_TILES, c_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PROGRAMS: tl.constexpr,
+    PROGRAMS: tl.constexpr, FIX_ROWS: tl.constexpr,
 ):
-    """Program `program_id(0)` = one tile: if several programs shared it, the sum of their
-    pieces (in program order) into C; a tile one program covered whole is left alone."""
-    tile = tl.program_id(0)
+    """Program (i, j): rows [j·FIX_ROWS, (j+1)·FIX_ROWS) of shared tile DP_TILES + i. If several
+    programs shared the tile, the sum of their pieces (in program order) into C; a tile one
+    program covered whole is left alone. (Rows apart, so that a few shared tiles with many
+    pieces are summed by many SMs.)"""
+    tile = DP_TILES + tl.program_id(0)
     k_blocks = tl.cdiv(K, BLOCK_K)
-    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks
-    low = tile * k_blocks
+    shared = DP_TILES * k_blocks
+    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks - shared
+    low = tile * k_blocks - shared
     high = low + k_blocks - 1
     # The programs holding iterations `low` and `high`: first_iteration(p) <= i < first_iteration(p+1).
     first = (low * PROGRAMS) // total
@@ -85,11 +99,18 @@ def stream_k_fixup(
     while first_iteration(last + 1, total, PROGRAMS) <= high:
         last += 1
     if first != last:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        rows = tl.program_id(1) * FIX_ROWS + tl.arange(0, FIX_ROWS)
+        cols = tl.arange(0, BLOCK_N)
+        piece = rows[:, None] * BLOCK_N + cols[None, :]
+        acc = tl.zeros((FIX_ROWS, BLOCK_N), dtype=tl.float32)
         for program in range(first, last + 1):
             begin = first_iteration(program, total, PROGRAMS)
             if first_iteration(program + 1, total, PROGRAMS) > begin:  # programs may get none
-                slot = tl.where(begin // k_blocks == tile, 0, 1)
-                acc += tl.load(workspace_tile(ws_ptr, program, slot, BLOCK_M, BLOCK_N))
+                slot = tl.where((shared + begin) // k_blocks == tile, 0, 1)
+                acc += tl.load(ws_ptr + (program * 2 + slot) * BLOCK_M * BLOCK_N + piece)
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        c_rows = pid_m * BLOCK_M + rows
+        c_cols = pid_n * BLOCK_N + cols
+        mask = (c_rows[:, None] < M) & (c_cols[None, :] < N)
+        tl.store(c_ptr + c_rows[:, None] * stride_cm + c_cols[None, :] * stride_cn,
+                 acc.to(c_ptr.dtype.element_ty), mask=mask)
