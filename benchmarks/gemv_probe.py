@@ -12,11 +12,8 @@ This decides whether the kernel becomes a candidate of the model (issue 6).
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import math
-import pathlib
 
 DEFAULT_SHAPES = ("1x3584x3584,1x4096x4096,1x6144x4096,1x4096x14336,1x3584x18944,1x8192x28672,"
                   "4x4096x14336,2x6144x4096")
@@ -39,26 +36,17 @@ def gemv_launcher(torch, ops, spec, m: int, n: int):
 
 def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
     """Every contender on one M x N x K (NN, bf16) shape; weight bytes per second and copy ratios."""
-    from jtblas import hardware, model
-    from jtblas.bench import contenders, shapes, timing
+    from jtblas.bench import contenders, probes, timing
     from jtblas.ops import gemv_spec
 
     m, n, k = (int(v) for v in text.lower().split("x"))
-    shape = shapes.Shape(name=text, set="probe", group="probe", m=m, n=n, k=k, layout="NN", dtype="bfloat16")
-    nbuf = contenders.operand_sets(shape.bytes_moved, l2)
-    ops = contenders.TorchOperands(torch, shape, nbuf)
-
-    def careful(launch):
-        return timer.time(launch, nbuf, target_s=2e-3, replays=7)
-
+    shape, nbuf, ops, careful = probes.product(torch, timer, text, l2)
     weight_bytes = k * n * 2
     row = dict(shape=text, weight_bytes=weight_bytes, operand_sets=nbuf)
     row["copy_bytes_per_s"] = timing.copy_bandwidth(timer, nbytes=weight_bytes, nbuf=nbuf)["bytes_per_s"]
     row["cublas_s"] = careful(contenders.cublas_launcher(ops))
-    plan = model.plan_for_problem(shape.problem(), hardware.detect())
+    plan, tiled = probes.plan_launch(ops, shape)
     row["tiled_config"] = plan.config.short()
-    tiled = (contenders.repacked_launcher(ops, plan) if plan.repacks
-             else contenders.kernel_launcher(ops, plan.kernel_problem, plan.config))
     row["tiled_s"] = careful(tiled)
     gemv_rows = []
     for block_n, block_k, warps in itertools.product((128, 256, 512), (32, 64, 128), (4, 8, 16)):
@@ -94,23 +82,9 @@ def summary_line(row: dict) -> str:
 
 
 def main(argv=None) -> None:
-    import torch
+    from jtblas.bench import probes
 
-    from jtblas.bench import timing
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    props = torch.cuda.get_device_properties(0)
-    timer = timing.GraphTimer()
-    results = []
-    for text in args.shapes.split(","):
-        row = probe_shape(torch, timer, text, props.multi_processor_count, props.L2_cache_size)
-        print(summary_line(row), flush=True)
-        results.append(row)
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+    probes.main(__doc__, DEFAULT_SHAPES, probe_shape, summary_line, argv)
 
 
 if __name__ == "__main__":

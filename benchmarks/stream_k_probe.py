@@ -14,10 +14,6 @@ deep K with a handful of tiles, tile counts just past a whole number of waves, a
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
-
 DEFAULT_SHAPES = ("3072x3072x3072,2432x1792x8192,4096x4096x4096,256x256x65536,512x512x16384,"
                   "1024x1024x32768,128x4096x14336,16x4096x14336")
 # (block_m, block_n, block_k, num_warps, num_stages): wgmma tiles of the model's usual picks.
@@ -50,23 +46,14 @@ def stream_k_launcher(torch, ops, m: int, n: int, k: int, tile: tuple, programs:
 
 
 def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
-    from jtblas import hardware, model
-    from jtblas.bench import contenders, shapes
+    from jtblas.bench import contenders, probes
 
     m, n, k = (int(v) for v in text.lower().split("x"))
-    shape = shapes.Shape(name=text, set="probe", group="probe", m=m, n=n, k=k, layout="NN", dtype="bfloat16")
-    nbuf = contenders.operand_sets(shape.bytes_moved, l2)
-    ops = contenders.TorchOperands(torch, shape, nbuf)
-
-    def careful(launch):
-        return timer.time(launch, nbuf, target_s=2e-3, replays=7)
-
+    shape, nbuf, ops, careful = probes.product(torch, timer, text, l2)
     row = dict(shape=text, flops=2 * m * n * k, operand_sets=nbuf)
     row["cublas_s"] = careful(contenders.cublas_launcher(ops))
-    plan = model.plan_for_problem(shape.problem(), hardware.detect())
+    plan, tiled = probes.plan_launch(ops, shape)
     row["plan_config"] = plan.config.short()
-    tiled = (contenders.repacked_launcher(ops, plan) if plan.repacks
-             else contenders.kernel_launcher(ops, plan.kernel_problem, plan.config))
     row["plan_s"] = careful(tiled)
     rows = []
     for tile in TILES:
@@ -98,23 +85,9 @@ def summary_line(row: dict) -> str:
 
 
 def main(argv=None) -> None:
-    import torch
+    from jtblas.bench import probes
 
-    from jtblas.bench import timing
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    props = torch.cuda.get_device_properties(0)
-    timer = timing.GraphTimer()
-    results = []
-    for text in args.shapes.split(","):
-        row = probe_shape(torch, timer, text, props.multi_processor_count, props.L2_cache_size)
-        print(summary_line(row), flush=True)
-        results.append(row)
-        if args.json:
-            pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+    probes.main(__doc__, DEFAULT_SHAPES, probe_shape, summary_line, argv)
 
 
 if __name__ == "__main__":

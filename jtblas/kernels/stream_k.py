@@ -24,6 +24,14 @@ def first_iteration(program, total, PROGRAMS: tl.constexpr):
 
 
 @triton.jit
+def shared_iterations(M, N, K, DP_TILES, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(K blocks per tile, first iteration of the shared tiles, number of shared iterations)."""
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    shared = DP_TILES * k_blocks
+    return k_blocks, shared, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks - shared
+
+
+@triton.jit
 def workspace_tile(ws_ptr, program, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Pointers to one [BLOCK_M, BLOCK_N] fp32 slot of the workspace, row-major."""
     rows = tl.arange(0, BLOCK_M)
@@ -44,7 +52,7 @@ def stream_k_kernel(
     Sizes and strides as `matmul_kernel`'s, unscaled (the probe launches from torch, whose
     launcher specialises on their divisibility itself); M_UNIT, N_UNIT as there."""
     program = tl.program_id(0)
-    k_blocks = tl.cdiv(K, BLOCK_K)
+    k_blocks, shared, total = shared_iterations(M, N, K, DP_TILES, BLOCK_M, BLOCK_N, BLOCK_K)
     for tile in range(program, DP_TILES, PROGRAMS):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         a_rows, b_cols = tile_bases(a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
@@ -52,8 +60,6 @@ def stream_k_kernel(
         acc = reduce_k_blocks(a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
                               BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, False, False)
         store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-    shared = DP_TILES * k_blocks  # the first iteration of the shared tiles
-    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks - shared
     start = shared + first_iteration(program, total, PROGRAMS)
     end = shared + first_iteration(program + 1, total, PROGRAMS)
     first_tile = start // k_blocks
@@ -86,9 +92,7 @@ def stream_k_fixup(
     program covered whole is left alone. (Rows apart, so that a few shared tiles with many
     pieces are summed by many SMs.)"""
     tile = DP_TILES + tl.program_id(0)
-    k_blocks = tl.cdiv(K, BLOCK_K)
-    shared = DP_TILES * k_blocks
-    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_blocks - shared
+    k_blocks, shared, total = shared_iterations(M, N, K, DP_TILES, BLOCK_M, BLOCK_N, BLOCK_K)
     low = tile * k_blocks - shared
     high = low + k_blocks - 1
     # The programs holding iterations `low` and `high`: first_iteration(p) <= i < first_iteration(p+1).
