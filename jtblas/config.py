@@ -36,6 +36,8 @@ class Config:
       num_warps: warps per program, one of 1, 2, 4, 8, 16.
       num_stages: software-pipeline depth of the K loop (shared-memory buffers), 1 to 8.
       split_k: number of programs sharing one tile's K loop; 1 means no split.
+      tma: run the persistent kernel that moves A, B and C with the tensor-memory accelerator
+        (`jtblas/kernels/matmul_tma.py`; Hopper, split_k 1) instead of the pointer-based one.
     """
 
     block_m: int = 128
@@ -45,6 +47,7 @@ class Config:
     num_warps: int = 8
     num_stages: int = 3
     split_k: int = 1
+    tma: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -62,14 +65,18 @@ class Config:
             raise ValueError(f"Config.num_stages must be an int in [1, 8], got {self.num_stages!r}")
         if not _is_power_of_two(self.split_k) or self.split_k > 64:
             raise ValueError(f"Config.split_k must be a power of two in [1, 64], got {self.split_k!r}")
+        if not isinstance(self.tma, bool):
+            raise ValueError(f"Config.tma must be a bool, got {self.tma!r}")
+        if self.tma and self.split_k != 1:
+            raise ValueError(f"Config.tma needs split_k=1 (the TMA kernel does not split K), got split_k={self.split_k}")
 
     def short(self) -> str:
-        """A compact one-line name, e.g. `128x256x64 w8 s3 g8`."""
+        """A compact one-line name, e.g. `128x256x64 w8 s3 g8` (` k4` for a split, ` tma`)."""
         name = (
             f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} "
             f"s{self.num_stages} g{self.group_m}"
         )
-        return name + (f" k{self.split_k}" if self.split_k > 1 else "")
+        return name + (f" k{self.split_k}" if self.split_k > 1 else "") + (" tma" if self.tma else "")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -43,6 +43,8 @@ class Hardware:
       tensor_flops: achievable dense tensor-core rate (FLOP/s) by operand dtype, fp32 meaning tf32.
       fp32_flops: achievable fp32 rate without tensor cores (FLOP/s), for `precision=HIGHEST`.
       wgmma: Hopper warpgroup MMA (needs num_warps a multiple of 4 and block_m ≥ 64).
+      tma: the tensor-memory accelerator (Hopper) and a launcher that allocates the global
+        scratch its device-side descriptors need (jaxlib ≥ 0.11 on the GPU; `detect` checks).
       launch_seconds: fixed cost of one kernel launch seen from the device (s).
       source: where the numbers come from (a built-in, or the calibrated profile's path and date).
       constants: calibrated values of `jtblas.model.cost.Constants` fields (name → value) that
@@ -68,6 +70,7 @@ class Hardware:
     launch_seconds: float
     source: str = "built-in"
     constants: dict[str, float] = dataclasses.field(default_factory=dict)
+    tma: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -104,6 +107,7 @@ _HOPPER_SM = dict(
     max_regs_per_thread=255,
     max_threads_per_sm=2048,
     wgmma=True,
+    tma=True,
 )
 
 H200 = Hardware(

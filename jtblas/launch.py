@@ -66,6 +66,7 @@ def launch(
     num_stages: int,
     metaparams: Mapping[str, Any],
     zeroed_outputs: bool = False,
+    global_scratch: tuple[int, int] | None = None,
 ) -> jax.Array:
     """Runs `kernel[grid](*args, out, **metaparams)` and returns `out`.
 
@@ -78,10 +79,14 @@ def launch(
       metaparams: the kernel's `tl.constexpr` arguments.
       zeroed_outputs: the output starts as zeros (for kernels that accumulate into it, e.g. with
         atomics); otherwise its contents before the kernel runs are undefined (NaN on the CPU).
+      global_scratch: (bytes per program, alignment) of global scratch the kernel needs, e.g. for
+        device-side TMA descriptors (`tl.make_tensor_descriptor`); the launcher allocates it.
     """
     arrays = [arg for arg in args if isinstance(arg, (jax.Array, np.ndarray))]
     platform, compute_capability = target_platform(arrays)
     if platform == "cuda":
+        if global_scratch is not None:
+            _register_global_scratch(kernel, global_scratch)
         return _jax_triton().triton_call(
             *args,
             kernel=kernel,
@@ -109,13 +114,65 @@ def drop_blank_triton_cache_dir() -> None:
         del os.environ["TRITON_CACHE_DIR"]
 
 
+def global_scratch_supported(platform: str) -> bool:
+    """Whether a kernel launched on `platform` ("cuda" or "cpu") can have global scratch: always
+    under the interpreter; on CUDA when jaxlib's Triton kernel call allocates it (jaxlib ≥ 0.11,
+    whose `TritonKernel` takes `global_scratch_size`; jax-triton 0.3.1 does not pass it, so
+    `_jax_triton` wraps jaxlib's module to)."""
+    if platform == "cpu":
+        return True
+    return _jaxlib_kernel_takes_scratch()
+
+
+@functools.cache
+def _jaxlib_kernel_takes_scratch() -> bool:
+    try:
+        from jax._src.lib import gpu_triton
+    except ImportError:
+        return False
+    return "global_scratch_size" in (getattr(gpu_triton.TritonKernel.__init__, "__doc__", None) or "")
+
+
+# Global scratch (bytes per program, alignment) by kernel name, for the kernels that need it.
+_GLOBAL_SCRATCH: dict[str, tuple[int, int]] = {}
+
+
+def _register_global_scratch(kernel: Any, scratch: tuple[int, int]) -> None:
+    if not _jaxlib_kernel_takes_scratch():
+        raise RuntimeError(
+            f"jtblas: kernel {kernel.fn.__name__} needs global scratch, which this jaxlib's Triton "
+            "kernel call cannot allocate (it needs jaxlib >= 0.11); use a Config with tma=False")
+    _GLOBAL_SCRATCH[kernel.fn.__name__] = scratch
+
+
+class _ScratchAwareKernelLibrary:
+    """jaxlib's `gpu_triton` module as jax-triton 0.3.1 uses it, except that `TritonKernel` gets
+    the global scratch size of the kernels registered in `_GLOBAL_SCRATCH` (by their compiled
+    name, the `@triton.jit` function's name). jax-triton 0.3.1 builds every kernel without it, so
+    the kernel would find a null scratch pointer."""
+
+    def __init__(self, library: Any):
+        self._library = library
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._library, name)
+
+    def TritonKernel(self, kernel_name: str, *args: Any) -> Any:  # noqa: N802 (jaxlib's name)
+        scratch = _GLOBAL_SCRATCH.get(kernel_name)
+        if scratch is None:
+            return self._library.TritonKernel(kernel_name, *args)
+        size, align = scratch
+        return self._library.TritonKernel(kernel_name, *args, global_scratch_size=size, global_scratch_align=align)
+
+
 @functools.cache
 def _jax_triton() -> Any:
     """jax_triton, imported on first CUDA launch (it cannot be imported with a CPU-only jaxlib).
 
     jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which turns off Triton's on-disk
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
-    "Could not create or locate cache dir"); the caller's setting is put back.
+    "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
+    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`).
     """
     saved = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
@@ -124,6 +181,10 @@ def _jax_triton() -> Any:
         os.environ.pop("TRITON_CACHE_DIR", None)
     else:
         os.environ["TRITON_CACHE_DIR"] = saved
+    import jax_triton.triton_lib as triton_lib
+
+    if _jaxlib_kernel_takes_scratch() and not isinstance(triton_lib.triton_kernel_call_lib, _ScratchAwareKernelLibrary):
+        triton_lib.triton_kernel_call_lib = _ScratchAwareKernelLibrary(triton_lib.triton_kernel_call_lib)
     return jax_triton
 
 

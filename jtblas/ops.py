@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import math
 from typing import Any, NamedTuple
@@ -22,6 +23,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, VALID_NUM_WARPS, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
+from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import repack, resources
 
@@ -266,8 +268,9 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
         input_precision=static.input_precision,
     )
     config = static.config
+    hw = launch_hardware([a, b])
     if config is None:
-        plan = repack.plan_for_problem(problem, hardware.detect(), static.repack)
+        plan = repack.plan_for_problem(problem, hw, static.repack)
         problem, config = plan.kernel_problem, plan.config
         if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
             b = jnp.swapaxes(b, 1, 2)
@@ -275,7 +278,7 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
         if static.repack == "always":
             problem = repack.padded_problem(problem, pad_a=True, pad_b=True,
                                             pad_k=problem.k % repack.PAD_MULTIPLE != 0)
-        check_config(config, problem)
+        check_config(config, problem, hw)
     # Repacking: copy A and/or B into zero-padded buffers [batch, rows, row stride] (at most the
     # padded operand sizes; K's zeros leave the fp32 sums unchanged). A padded M or N (a copied
     # operand's contiguous axis) pads C too, sliced back to the caller's shape.
@@ -329,7 +332,11 @@ def launch_spec(
     (and a split) the output is instead a zeroed fp32 [batch, M, N] buffer (batch stride M·N)
     into which every split adds its partial with atomics (ATOMIC_SPLIT); the result is C when C
     is fp32, else `sum_splits_spec(..., atomic=True)` casts it.
+
+    A `config.tma` launch is `matmul_tma_kernel`'s instead (`tma_launch_spec`).
     """
+    if config.tma:
+        return tma_launch_spec(problem, config, batch=batch, batch_strides=batch_strides)
     m, n, k = problem.m, problem.n, problem.k
     split = config.split_k
     lda, ldb = problem.a_row_stride, problem.b_row_stride
@@ -368,6 +375,42 @@ def launch_spec(
             SPLIT_K=split,
             ATOMIC_SPLIT=atomic,
             K_FROM_INDICES=resources.k_from_indices(problem),
+        ),
+    )
+
+
+def tma_launch_spec(
+    problem: Problem,
+    config: Config,
+    *,
+    batch: int = 1,
+    batch_strides: tuple[int, int, int] = (0, 0, 0),
+    hw: hardware.Hardware | None = None,
+) -> LaunchSpec:
+    """Grid, scalars and meta-parameters of `matmul_tma_kernel` (a `config.tma` launch), for the
+    operands `launch_spec` describes: a persistent grid of min(tiles, SMs x resident programs)
+    programs per batch element, each walking tiles in grouped order."""
+    hw = hw or hardware.detect()
+    tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
+    resident = hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
+    a_stored = (problem.k if problem.transpose_a else problem.m) * problem.a_row_stride
+    b_stored = (problem.n if problem.transpose_b else problem.k) * problem.b_row_stride
+    biggest = max(a_stored, b_stored, problem.m * problem.n) * batch
+    return LaunchSpec(
+        grid=(min(tiles, resident), batch),
+        scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, *batch_strides),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        metaparams=dict(
+            BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k,
+            GROUP_M=config.group_m,
+            INPUT_PRECISION=problem.input_precision,
+            TRANSPOSE_A=problem.transpose_a,
+            TRANSPOSE_B=problem.transpose_b,
+            STORE_HALVES=resources.store_halves(config),
+            INDEX_64=biggest >= _INDEX_32_LIMIT,
         ),
     )
 
@@ -459,7 +502,7 @@ def _launch_gemm(
     else:
         product_shape = jax.ShapeDtypeStruct((split * batch, problem.m, problem.n), fp32)
     product = launch.launch(
-        matmul_kernel,
+        matmul_tma_kernel if config.tma else matmul_kernel,
         grid=spec.grid,
         args=[a, b, *spec.scalars],
         out_shape=product_shape,
@@ -467,6 +510,7 @@ def _launch_gemm(
         num_stages=spec.num_stages,
         metaparams=spec.metaparams,
         zeroed_outputs=atomic,
+        global_scratch=(GLOBAL_SCRATCH_BYTES, GLOBAL_SCRATCH_ALIGN) if config.tma else None,
     )
     if split == 1 or (atomic and out_dtype == fp32):
         return product
@@ -580,6 +624,17 @@ def input_precision(precision: Any) -> str:
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"jtblas: unknown precision {precision!r}") from error
     return "ieee" if canonical == jax.lax.Precision.HIGHEST else "tf32"
+
+
+def launch_hardware(operands: list[Any]) -> hardware.Hardware:
+    """The description of the GPU these operands' launch runs on (`hardware.detect`), without
+    the TMA kernel where the launcher cannot give it the global scratch it needs (a CUDA jaxlib
+    older than 0.11; the CPU interpreter runs it)."""
+    hw = hardware.detect()
+    platform, _ = launch.target_platform(operands)
+    if hw.tma and not launch.global_scratch_supported(platform):
+        hw = dataclasses.replace(hw, tma=False)
+    return hw
 
 
 def check_config(config: Any, problem: Problem, hw: hardware.Hardware | None = None) -> None:

@@ -118,11 +118,11 @@ def test_candidates_match_the_rules():
         problem = Problem(m=m, n=n, k=k, dtype=str(rng.choice(DTYPES)))
         hw = hardware.BUILTIN[str(rng.choice(HARDWARE))]
         everything = [
-            Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk)
+            Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk, tma=tma)
             for bm in candidates.BLOCK_SIZES for bn in candidates.BLOCK_SIZES
             for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
             for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
-            for sk in (1, *candidates.SPLIT_K_FACTORS)
+            for sk in (1, *candidates.SPLIT_K_FACTORS) for tma in (False, True) if not (tma and sk > 1)
         ]
         kept = [c for c in everything if not model.rejection_reasons(c, problem, hw)]
         assert sorted(kept, key=candidates._order) == model.candidates_for_problem(problem, hw)
@@ -145,7 +145,9 @@ def test_hopper_rules():
 def test_explain_ranks_and_composes():
     result = jtblas.explain(1500, 4501, 3399, hardware="h200")
     assert result.config == jtblas.select(1500, 4501, 3399, hardware="h200")
-    assert len(result.ranked) == len(jtblas.candidates(1500, 4501, 3399, hardware="h200"))
+    # Ranked: the candidates of the problem the kernel runs (repacked: aligned rows, so the TMA
+    # kernel's twins too).
+    assert len(result.ranked) == len(model.candidates_for_problem(result.plan.kernel_problem, hardware.H200))
     times = [e.predicted_seconds for e in result.ranked]
     assert times == sorted(times) and times[0] > 0
     for e in result.ranked[:20]:

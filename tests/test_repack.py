@@ -129,6 +129,11 @@ def test_grad_through_repacked_product(transpose_a, transpose_b, rng):
 # ------------------------------------------------------------------------------------------------
 
 
+# The H200 without its TMA kernel (a CUDA jaxlib that allocates no global scratch): NT runs on
+# the pointer kernel and its K-major discount.
+H200_WITHOUT_TMA = dataclasses.replace(hardware.H200, tma=False)
+
+
 def plan(m, n, k, layout="NN", gpu="h200", mode="auto"):
     problem = Problem(m=m, n=n, k=k, transpose_a=layout[0] == "T", transpose_b=layout[1] == "T")
     return repack.plan_for_problem(problem, hardware.get(gpu), mode)
@@ -156,15 +161,21 @@ def test_model_does_not_repack_aligned_shapes():
 
 
 def test_aligned_candidates_unchanged():
-    """The benchmark caches exhaustive searches by a hash of candidates(): 4096³ keeps its list."""
+    """The benchmark caches exhaustive searches by a hash of candidates() and reuses earlier first
+    passes by `Config.short()`: 4096³ keeps its 191 pointer-kernel configs (names as before) and
+    gains the TMA kernel's twins of its wgmma ones."""
     from jtblas.bench.oracle import candidates_hash
 
     space = jtblas.candidates(4096, 4096, 4096, dtype="bf16", hardware="h200")
-    assert len(space) == 191 and candidates_hash(space) == "d264f44d8e4c"  # as before repacking
+    plain = [c for c in space if not c.tma]
+    twins = [c for c in space if c.tma]
+    assert len(plain) == 191 and len(twins) == 184 and candidates_hash(space) == "ae12111d4c74"
+    assert {dataclasses.replace(c, tma=False) for c in twins} <= set(plain)
+    assert all(" tma" not in c.short() for c in plain) and all(c.short().endswith(" tma") for c in twins)
     assert [f.name for f in dataclasses.fields(jtblas.Config)] == [
-        "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k"]
+        "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "tma"]
     assert repr(jtblas.Config()) == ("Config(block_m=128, block_n=128, block_k=64, group_m=8, "
-                                     "num_warps=8, num_stages=3, split_k=1)")
+                                     "num_warps=8, num_stages=3, split_k=1, tma=False)")
 
 
 def test_copy_cost_and_padded_sizes():
@@ -251,16 +262,18 @@ def test_grad_through_transposed_b_copy(rng):
 
 
 def test_model_transposes_a_k_major_b_when_it_pays():
-    """NT (a dx GEMM) on the H200: a copy of B into [K, N] plus the NN kernel beats the NT kernel
-    for large products (k_major_b_efficiency); not for small ones, not without wgmma, not TT,
-    never NN."""
-    big = plan(4096, 4096, 14336, "NT")
+    """NT (a dx GEMM) on the H200 without its TMA kernel: a copy of B into [K, N] plus the NN
+    kernel beats the NT pointer kernel for large products (k_major_b_efficiency); not for small
+    ones, not without wgmma, not TT, never NN, and not with the TMA kernel (no K-major discount)."""
+    big = plan(4096, 4096, 14336, "NT", gpu=H200_WITHOUT_TMA)
     assert big.repacks and big.transpose_b and big.pad_b and not big.pad_a
     assert not big.kernel_problem.transpose_b and big.kernel_problem.k == 14336
     assert big.copy_seconds > 0 and big.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * big.plain_seconds
     assert "transposed" in big.reason
     assert not plan(4096, 4096, 14336, "TT").repacks  # TT runs at NN speed: nothing to gain
-    assert not plan(4096, 768, 768, "NT").transpose_b  # the copy's launch is not paid back
+    assert not plan(4096, 768, 768, "NT", gpu=H200_WITHOUT_TMA).transpose_b  # the copy's launch is not paid back
+    with_tma = plan(4096, 4096, 14336, "NT")
+    assert not with_tma.repacks and with_tma.config.tma
     assert not plan(4096, 4096, 14336, "NT", gpu="a100").transpose_b  # mma.sync: no K-major penalty
     assert not plan(4096, 4096, 14336, "NN").repacks
     with pytest.raises(ValueError, match="transpose"):

@@ -176,11 +176,14 @@ def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Cal
     """launch(i): our `matmul_kernel` on operand set i with `config` (the grid and constexprs come
     from `jtblas.ops.launch_spec`, exactly as `jtblas.matmul` launches it)."""
     from jtblas.kernels.matmul import matmul_kernel
+    from jtblas.kernels.matmul_tma import matmul_tma_kernel
     from jtblas.kernels.reduce import sum_splits_kernel
     from jtblas.ops import launch_spec, sum_splits_spec
 
     spec = launch_spec(problem, config)
-    kernel = matmul_kernel[spec.grid]
+    if config.tma:
+        use_torch_global_scratch(ops.torch)
+    kernel = (matmul_tma_kernel if config.tma else matmul_kernel)[spec.grid]
     scalars, meta = spec.scalars, spec.metaparams
     a, b, c = ops.a, ops.b, ops.c
 
@@ -202,6 +205,15 @@ def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Cal
                 **reduce.metaparams)
 
     return launch_split
+
+
+def use_torch_global_scratch(torch) -> None:
+    """Lets Triton's own launcher allocate the global scratch of kernels that need it (the TMA
+    kernel's device-side descriptors) from torch's caching allocator, on the current stream
+    (graph-capturable)."""
+    import triton
+
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
 def repack_plan(problem: Problem):

@@ -58,19 +58,21 @@ def compile_key(problem: Problem, config: Config) -> tuple:
 
     spec = launch_spec(problem, config)
     return (
-        problem.dtype, problem.out_dtype, spec.num_warps, spec.num_stages,
+        problem.dtype, problem.out_dtype, config.tma, spec.num_warps, spec.num_stages,
         tuple(sorted(spec.metaparams.items())),
         tuple(_int_class(int(s)) for s in spec.scalars),
     )
 
 
 def _compile_job(problem_kw: dict, config_kw: dict) -> dict:
-    """Worker: compile (not launch) `matmul_kernel` for this problem and config."""
+    """Worker: compile (not launch) `matmul_kernel` (`matmul_tma_kernel` for a TMA config) for
+    this problem and config."""
     start = time.perf_counter()
     try:
         import torch
 
         from jtblas.kernels.matmul import matmul_kernel
+        from jtblas.kernels.matmul_tma import matmul_tma_kernel
         from jtblas.ops import launch_spec
 
         problem, config = Problem(**problem_kw), Config(**config_kw)
@@ -79,7 +81,7 @@ def _compile_job(problem_kw: dict, config_kw: dict) -> dict:
         c_dtype = getattr(torch, problem.out_dtype)
         # A split-K product writes fp32 partials, then sum_splits_kernel casts them to C.
         partial_dtype = torch.float32 if config.split_k > 1 else c_dtype
-        matmul_kernel.warmup(
+        (matmul_tma_kernel if config.tma else matmul_kernel).warmup(
             a_dtype, a_dtype, *spec.scalars, partial_dtype, grid=spec.grid,
             num_warps=spec.num_warps, num_stages=spec.num_stages, **spec.metaparams,
         )

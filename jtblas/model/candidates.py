@@ -217,8 +217,9 @@ def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...
 
 def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
     """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
-    block_k, num_warps, num_stages, group_m, split_k ascending). Equal to the configs of
-    BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) with no `rejection_reasons`, computed
+    block_k, num_warps, num_stages, group_m, split_k, tma ascending). Equal to the configs of
+    BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (False, True) with no
+    `rejection_reasons`, computed
     with the same integer arithmetic but without building rejected Configs (select stays fast)."""
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
     low_m = min_block_m(problem, hardware)
@@ -256,10 +257,22 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
                             )
                             if resources.programs_per_sm(config, problem, hardware) >= 1:
                                 result.append(config)
+    plain = list(result)
     if split_k_searched(problem, hardware):
-        result.extend(_split_candidates(result, problem, hardware))
+        result.extend(_split_candidates(plain, problem, hardware))
+    if hardware.tma:
+        result.extend(_tma_candidates(plain, problem, hardware))
     result.sort(key=_order)
     return result
+
+
+def _tma_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
+    """The TMA kernel's twins of the plain candidates it can run (`resources.tma_errors`) with its
+    store staging in shared memory (`resources.shared_memory_bytes`)."""
+    twins = (dataclasses.replace(config, tma=True) for config in plain)
+    return [config for config in twins
+            if not resources.fit_errors(config, problem, hardware)
+            and resources.programs_per_sm(config, problem, hardware) >= 1]
 
 
 def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
@@ -283,4 +296,4 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
 
 def _order(config: Config) -> tuple[int, ...]:
     return (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages,
-            config.group_m, config.split_k)
+            config.group_m, config.split_k, config.tma)

@@ -198,7 +198,8 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
     fp32 with input_precision "ieee" runs on FMA units (hardware.fp32_flops); otherwise the
     tensor-core rate of the dtype (fp32 meaning tf32), times the mma.sync fraction where a
     wgmma GPU runs a tile too short for wgmma (block_m < 64), or times `k_major_b_efficiency`
-    where a wgmma tile reads both operands K-major (NT).
+    where the pointer kernel's wgmma tile reads both operands K-major (NT; the TMA kernel's
+    operand tiles arrive in shared memory in the same form whatever the layout).
     """
     if resources.uses_fma(problem):
         rate = hardware.fp32_flops
@@ -206,7 +207,7 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
         rate = hardware.tensor_flops[problem.dtype]
         if hardware.wgmma and not resources.uses_wgmma(config, problem, hardware):
             rate *= constants.mma_sync_fraction_on_wgmma_gpu
-        elif hardware.wgmma and problem.transpose_b and not problem.transpose_a:
+        elif hardware.wgmma and problem.transpose_b and not problem.transpose_a and not config.tma:
             rate *= constants.k_major_b_efficiency
     return hardware.sm_count / rate
 
@@ -233,7 +234,10 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     the masked K loop (EVEN_K false) loads no wider than the largest power of two dividing K·bytes.
     When it is M (N), the tile's offsets wrap at M (N) and are contiguous only in runs of M's (N's)
     largest power-of-two divisor, so loads are no wider than that many elements either.
+    The TMA kernel's bulk copies are full width (its rows are 16-byte aligned, tails zero-filled).
     """
+    if config.tma:
+        return constants.full_vector_bytes
     element = problem.operand_bytes
     if operand == "a":
         stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m

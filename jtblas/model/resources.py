@@ -16,13 +16,60 @@ NON_ACCUMULATOR_REGISTERS = 64
 
 
 def shared_memory_bytes(config: Config, problem: Problem) -> int:
-    """Shared memory of one program (bytes): the pipelined A and B tiles.
+    """Shared memory of one program (bytes): the pipelined A and B tiles, plus for the TMA kernel
+    the staging buffer of its C stores.
 
     Triton's pipeliner keeps `num_stages` buffers of A (block_m × block_k) and B (block_k × block_n)
-    in flight (operands in their own dtype); the epilogue's layout conversion reuses that space.
+    in flight (operands in their own dtype); the pointer kernel's epilogue reuses that space, the
+    TMA kernel's stores go through a block_m × (block_n or block_n / 2, `store_halves`) buffer of
+    their own (Triton 3.6 for sm_90: 128x256x64, 3 stages, bf16: 147,456 + 32,768 bytes, plus 24
+    of barriers).
     """
     tile_elements = (config.block_m + config.block_n) * config.block_k
-    return config.num_stages * tile_elements * problem.operand_bytes
+    pipeline = config.num_stages * tile_elements * problem.operand_bytes
+    if not config.tma:
+        return pipeline
+    store_n = config.block_n // 2 if store_halves(config) else config.block_n
+    return pipeline + config.block_m * store_n * problem.out_bytes
+
+
+def store_halves(config: Config) -> bool:
+    """Whether the TMA kernel stores its tile as two halves of block_n / 2 columns (half the
+    staging buffer): for 256-column tiles, the form measured fastest on the H200 (session 6)."""
+    return config.block_n >= 256
+
+
+# The tensor-memory accelerator's limits (CUDA driver API, cuTensorMapEncodeTiled): global
+# addresses and strides multiples of 16 bytes, at most 256 elements per box dimension.
+TMA_ALIGNMENT_BYTES = 16
+TMA_MAX_BOX = 256
+# Operand dtypes of the TMA kernel: 16-bit ones, whose wgmma reads either operand in either major
+# order from shared memory (a transposed operand is a transposed view of the loaded tile).
+TMA_DTYPES = ("bfloat16", "float16")
+
+
+def tma_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
+    """Reasons the TMA kernel cannot run `config` on `problem`; empty when it can."""
+    errors = []
+    if not hardware.tma:
+        errors.append(f"{hardware.name} has no TMA kernel (no tensor-memory accelerator, or the "
+                      "installed jaxlib allocates no global scratch for its descriptors)")
+    if config.split_k != 1:
+        errors.append(f"the TMA kernel does not split K (split_k={config.split_k})")
+    if problem.dtype not in TMA_DTYPES:
+        errors.append(f"the TMA kernel takes {TMA_DTYPES} operands, not {problem.dtype}")
+    if config.block_m % WGMMA_ROWS or config.num_warps % 4:
+        errors.append(f"the TMA kernel needs wgmma tiles (block_m a multiple of {WGMMA_ROWS}, num_warps "
+                      f"of 4), got block_m={config.block_m}, num_warps={config.num_warps}")
+    biggest = max(config.block_m, config.block_n, config.block_k)
+    if biggest > TMA_MAX_BOX:
+        errors.append(f"a TMA box holds at most {TMA_MAX_BOX} elements per axis, got a {biggest}-wide block")
+    for name, elements, size in (("A row stride", problem.a_row_stride, problem.operand_bytes),
+                                 ("B row stride", problem.b_row_stride, problem.operand_bytes),
+                                 ("C row stride (N)", problem.n, problem.out_bytes)):
+        if elements * size % TMA_ALIGNMENT_BYTES:
+            errors.append(f"{name} {elements} x {size} bytes is not a multiple of {TMA_ALIGNMENT_BYTES} bytes")
+    return errors
 
 
 def accumulator_registers_per_thread(config: Config) -> int:
@@ -40,14 +87,17 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
     errors = []
     smem = shared_memory_bytes(config, problem)
     if smem > hardware.smem_per_block:
+        staging = " + the TMA store's staging" if config.tma else ""
         errors.append(
             f"shared memory {smem} bytes (num_stages={config.num_stages} x "
-            f"({config.block_m}+{config.block_n}) x {config.block_k} x {problem.operand_bytes} B) "
+            f"({config.block_m}+{config.block_n}) x {config.block_k} x {problem.operand_bytes} B{staging}) "
             f"exceeds {hardware.name}'s {hardware.smem_per_block} bytes per block"
         )
     threads = 32 * config.num_warps
     if threads > 1024:
         errors.append(f"num_warps={config.num_warps} gives {threads} threads, over 1024 per block")
+    if config.tma:
+        errors.extend(tma_errors(config, problem, hardware))
     return errors
 
 

@@ -29,7 +29,7 @@ def _rank_key(item: tuple[int, cost.Estimate]) -> tuple:
     config = estimate.config
     return (estimate.predicted_seconds, estimate.sm + estimate.memory,
             -config.block_m * config.block_n, -config.block_k,
-            config.num_stages, config.num_warps, -config.group_m, config.split_k, index)
+            config.num_stages, config.num_warps, -config.group_m, config.split_k, config.tma, index)
 
 
 def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:

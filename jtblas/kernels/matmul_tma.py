@@ -1,0 +1,126 @@
+"""The persistent GEMM kernel with TMA: C = A · B, fp32 accumulation, operands and C through
+tensor descriptors.
+
+Only `@triton.jit` code lives here. Each program creates its descriptors on the device
+(`tl.make_tensor_descriptor`: 128 bytes of global scratch each, which the launcher allocates) and
+then walks tiles `program_id(0), program_id(0) + num_programs(0), ...` in grouped order. The
+tensor-memory accelerator loads the tiles into shared memory whatever the layout (a transposed
+operand is a descriptor over its stored [K, M] or [N, K] rows, the loaded tile transposed as a
+view), zero-fills reads past the edges and clips the stores, so the kernel has no masks and no
+per-element addresses. Requirements (checked by the ops layer): 16-byte aligned base pointers and
+row strides, contiguous rows.
+"""
+
+import triton
+import triton.language as tl
+
+from jtblas.kernels.matmul import grouped_tile
+
+# Bytes of global scratch per program: three descriptors (A, B, C) of 128 bytes each (the CUDA
+# tensor map size, `CU_TENSOR_MAP_NUM_QWORDS` x 8), aligned to 128. Checked against the compiler's
+# `global_scratch_size` by a test.
+GLOBAL_SCRATCH_BYTES = 3 * 128
+GLOBAL_SCRATCH_ALIGN = 128
+
+
+@triton.jit
+def operand_descriptor(ptr, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    """A descriptor of a row-major [rows, cols] matrix (rows `row_stride` elements apart) read or
+    written BLOCK_ROWS x BLOCK_COLS at a time."""
+    return tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[row_stride, 1],
+                                     block_shape=[BLOCK_ROWS, BLOCK_COLS])
+
+
+@triton.jit
+def load_a_block(a_desc, row, k, TRANSPOSE_A: tl.constexpr):
+    """A's [BLOCK_M, BLOCK_K] tile at (row, k): from A stored [M, K], or from its stored [K, M]
+    rows as a transposed view."""
+    if TRANSPOSE_A:
+        block = a_desc.load([k, row]).T
+    else:
+        block = a_desc.load([row, k])
+    return block
+
+
+@triton.jit
+def load_b_block(b_desc, k, col, TRANSPOSE_B: tl.constexpr):
+    """B's [BLOCK_K, BLOCK_N] tile at (k, col): from B stored [K, N], or from its stored [N, K]
+    rows as a transposed view."""
+    if TRANSPOSE_B:
+        block = b_desc.load([col, k]).T
+    else:
+        block = b_desc.load([k, col])
+    return block
+
+
+@triton.jit(do_not_specialize=["M", "N", "K", "lda", "ldb", "stride_ab", "stride_bb", "stride_cb"])
+def matmul_tma_kernel(
+    a_ptr,
+    b_ptr,
+    M,
+    N,
+    K,
+    lda,
+    ldb,
+    stride_ab,
+    stride_bb,
+    stride_cb,
+    c_ptr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    TRANSPOSE_A: tl.constexpr,
+    TRANSPOSE_B: tl.constexpr,
+    STORE_HALVES: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """Program (p, batch) of a grid (programs, batch) computes the BLOCK_M x BLOCK_N tiles p,
+    p + programs, ... of C[batch] (dense [M, N]). A is stored [M, K] (TRANSPOSE_A: [K, M]) with
+    rows lda elements apart, B [K, N] (TRANSPOSE_B: [N, K]) with rows ldb apart; batch strides
+    stride_ab, stride_bb, stride_cb (0 broadcasts an operand).
+
+    STORE_HALVES: the tile is stored as two BLOCK_M x BLOCK_N/2 halves (half the shared-memory
+    staging of the TMA store). INDEX_64: some operand has ≥ 2^31 elements (batch offsets in int64).
+    """
+    batch = tl.program_id(1)
+    if INDEX_64:
+        batch = batch.to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+    if TRANSPOSE_A:
+        a_desc = operand_descriptor(a_ptr, K, M, lda, BLOCK_K, BLOCK_M)
+    else:
+        a_desc = operand_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K)
+    if TRANSPOSE_B:
+        b_desc = operand_descriptor(b_ptr, N, K, ldb, BLOCK_N, BLOCK_K)
+    else:
+        b_desc = operand_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N)
+    STORE_N: tl.constexpr = BLOCK_N // 2 if STORE_HALVES else BLOCK_N
+    c_desc = operand_descriptor(c_ptr, M, N, N, BLOCK_M, STORE_N)
+
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    programs = tl.num_programs(0)
+    # The epilogue recomputes its tile from a counter of its own rather than reusing the loop's
+    # (tile, pid_m, pid_n): with `flatten` the loop's values are not live there (Triton tutorial 09).
+    stored = tl.program_id(0) - programs
+    for tile in tl.range(tl.program_id(0), tiles, programs, flatten=True):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kb in range(k_blocks):
+            a = load_a_block(a_desc, pid_m * BLOCK_M, kb * BLOCK_K, TRANSPOSE_A)
+            b = load_b_block(b_desc, kb * BLOCK_K, pid_n * BLOCK_N, TRANSPOSE_B)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        stored += programs
+        pid_m, pid_n = grouped_tile(stored, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        row = pid_m * BLOCK_M
+        col = pid_n * BLOCK_N
+        if STORE_HALVES:
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            c_desc.store([row, col], left.to(c_ptr.dtype.element_ty))
+            c_desc.store([row, col + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
+        else:
+            c_desc.store([row, col], acc.to(c_ptr.dtype.element_ty))
