@@ -1,0 +1,155 @@
+"""The TMA kernel (`matmul_tma_kernel`, `Config.tma`): numerics against float64 on every layout,
+tails, dtypes and batches (Triton's interpreter on CPU, the same cases on a GPU under `gpu`), its
+global scratch against the compiler's, the launcher's scratch wrapper, and the model's use of it.
+"""
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jtblas
+from jtblas import hardware, launch, model, ops
+from jtblas.config import Problem
+from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
+from jtblas.model import resources
+from tests.reference import DTYPES, random_operands, relative_error, tolerance
+
+LAYOUTS = list(itertools.product([False, True], repeat=2))
+LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
+# Every stored row a multiple of 16 bytes (8 elements), as TMA needs; none a multiple of the blocks.
+SHAPES = [(8, 8, 8), (40, 72, 24), (136, 200, 88), (72, 264, 40)]
+TMA_CONFIGS = [
+    jtblas.Config(block_m=64, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=3, tma=True),
+    jtblas.Config(block_m=64, block_n=256, block_k=16, group_m=1, num_warps=4, num_stages=3, tma=True),  # halves
+]
+BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+def on_backend(backend, *arrays):
+    if backend == "cuda" and jax.default_backend() != "gpu":
+        pytest.skip("needs a CUDA GPU; run `pytest -m gpu` on the GPU machine")
+    device = jax.devices("gpu" if backend == "cuda" else "cpu")[0]
+    return [jax.device_put(x, device) for x in arrays]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_tma_kernel_matches_float64(backend, dtype, transpose_a, transpose_b, m, n, k, rng):
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    a, b = on_backend(backend, a, b)
+    config = TMA_CONFIGS[(m + n + k) % len(TMA_CONFIGS)]
+    out = jax.jit(
+        lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
+    )(a, b)
+    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
+    assert relative_error(out, reference) < tolerance(dtype, dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: c.short())
+def test_tma_fp32_output_and_batches(backend, config, rng):
+    """preferred_element_type=float32 (an fp32 C through the TMA store), a batched rhs (the
+    batch grid axis with batch strides) and a broadcast lhs (batch stride 0)."""
+    a, b, reference = random_operands(rng, 40, 264, 56, "bfloat16", transpose_b=True)
+    a, b = on_backend(backend, a, b)
+    out = jtblas.matmul(a, b, transpose_b=True, preferred_element_type=jnp.float32, config=config)
+    assert out.dtype == jnp.float32
+    assert relative_error(out, reference) < tolerance("bfloat16", "float32")
+    bs = jnp.stack([b, -b, 2 * b])
+    batched = jax.vmap(lambda y: jtblas.matmul(a, y, transpose_b=True, config=config))(bs)
+    for i, scale in enumerate((1, -1, 2)):
+        assert relative_error(batched[i], scale * reference) < tolerance("bfloat16", "bfloat16")
+
+
+def test_global_scratch_is_the_compilers():
+    """The scratch the launcher allocates per program is what Triton compiles the kernel to use
+    (three descriptors), and the compiled name is the function's (the launcher's key)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    meta = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, INPUT_PRECISION="tf32", TRANSPOSE_A=False,
+                TRANSPOSE_B=True, STORE_HALVES=True, INDEX_64=False)
+    names = matmul_tma_kernel.arg_names
+    signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in meta else "i32" for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
+    compiled = triton.compile(ASTSource(fn=matmul_tma_kernel, signature=signature, constexprs=meta, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=3))
+    assert compiled.metadata.name == matmul_tma_kernel.fn.__name__
+    assert compiled.metadata.global_scratch_size == GLOBAL_SCRATCH_BYTES
+    assert compiled.metadata.global_scratch_align == GLOBAL_SCRATCH_ALIGN
+    ttgir = compiled.asm["ttgir"]
+    assert ttgir.count("async_tma_copy_global_to_local") >= 2 and "warp_group_dot" in ttgir
+    config = jtblas.Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True)
+    assert compiled.metadata.shared <= resources.shared_memory_bytes(config, Problem(m=8, n=8, k=8)) + 64
+
+
+def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch):
+    calls = []
+
+    class FakeLibrary:
+        marker = "kept"
+
+        def TritonKernel(self, *args, **kwargs):  # noqa: N802
+            calls.append((args, kwargs))
+            return "kernel"
+
+    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
+    monkeypatch.setattr(launch, "_GLOBAL_SCRATCH", {})
+    wrapped = launch._ScratchAwareKernelLibrary(FakeLibrary())
+    assert wrapped.marker == "kept"
+    wrapped.TritonKernel("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90)
+    launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+    wrapped.TritonKernel("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90)
+    assert calls[0] == (("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90), {})
+    assert calls[1] == (("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90),
+                        dict(global_scratch_size=384, global_scratch_align=128))
+
+
+def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
+    """Where the CUDA launcher cannot allocate scratch, the model never picks the TMA kernel and
+    a forced TMA config is refused with the reason, before anything is compiled."""
+    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: False)
+    with launch.forced_backend("cuda", compute_capability=90):
+        hw = ops.launch_hardware([])
+    assert not hw.tma and hardware.H200.tma
+    assert not model.select_for_problem(Problem(m=4096, n=4096, k=4096, transpose_b=True), hw).tma
+    with pytest.raises(RuntimeError, match="global scratch"):
+        launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+    problem = Problem(m=64, n=64, k=64)
+    with pytest.raises(ValueError, match="no TMA kernel"):
+        ops.check_config(TMA_CONFIGS[0], problem, hw)
+
+
+def test_bad_tma_configs_name_the_reason():
+    a = jnp.ones((40, 24), jnp.bfloat16)
+    with pytest.raises(ValueError, match="B row stride 36"):
+        jtblas.matmul(a, jnp.ones((24, 36), jnp.bfloat16), config=TMA_CONFIGS[0])
+    with pytest.raises(ValueError, match="takes .* operands, not float32"):
+        jtblas.matmul(a.astype(jnp.float32), jnp.ones((24, 40), jnp.float32), config=TMA_CONFIGS[0])
+    with pytest.raises(ValueError, match="wgmma tiles"):
+        jtblas.matmul(a, jnp.ones((24, 40), jnp.bfloat16), config=dataclasses.replace(TMA_CONFIGS[0], block_m=32))
+    with pytest.raises(ValueError, match="split_k=1"):
+        jtblas.Config(split_k=2, tma=True)
+    with pytest.raises(ValueError, match="tma must be a bool"):
+        jtblas.Config(tma=1)
+
+
+def test_model_uses_tma_where_the_pointer_kernel_is_slow():
+    """On the H200 the TMA kernel has no K-major discount: NT products run on it on the caller's
+    layout (no transposed copy); NN/TN/TT keep the pointer kernel (predicted equal, ties go to
+    it); no TMA without the hardware, for fp32, or for rows TMA cannot address."""
+    for m, n, k in ((8192, 14336, 4096), (4096, 4096, 14336), (1024, 1024, 1024)):
+        plan = model.plan_for_problem(Problem(m=m, n=n, k=k, transpose_b=True), hardware.H200)
+        assert plan.config.tma and not plan.repacks
+        for layout in ((False, False), (True, False), (True, True)):
+            assert not jtblas.select(m, n, k, transpose_a=layout[0], transpose_b=layout[1], hardware="h200").tma
+    assert not jtblas.select(4096, 4096, 4096, transpose_b=True, hardware="a100").tma
+    assert not jtblas.select(4096, 4096, 4096, dtype="float32", transpose_b=True, hardware="h200").tma
+    assert not any(c.tma for c in jtblas.candidates(4096, 4099, 4096, transpose_b=True, hardware="h200"))
