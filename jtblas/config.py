@@ -68,7 +68,8 @@ class Config:
         if not isinstance(self.tma, bool):
             raise ValueError(f"Config.tma must be a bool, got {self.tma!r}")
         if self.tma and self.split_k != 1:
-            raise ValueError(f"Config.tma needs split_k=1 (the TMA kernel does not split K), got split_k={self.split_k}")
+            raise ValueError(
+                f"Config.tma needs split_k=1 (the TMA kernel does not split K), got split_k={self.split_k}")
 
     def short(self) -> str:
         """A compact one-line name, e.g. `128x256x64 w8 s3 g8` (` k4` for a split, ` tma`)."""

@@ -94,7 +94,8 @@ class Constants:
         0.89 at 4096x3584x3584 (session 2); 0.87-0.94 with NT's K steps addressed from their
         indices (session 5). It is kept at 0.8 because the model's NT picks rank ~0.75 of NT's
         best (docs/model.md). TT is not discounted: with B stored [N, K] too but A M-major, its
-        best ran 0.93-0.94 of NN's in one run (session 5, BENCHMARKS.md). Calibration.
+        best ran 0.93-0.94 of NN's in one run (session 5, BENCHMARKS.md). The TMA kernel
+        (`Config.tma`) is not discounted (docs/model.md, "The TMA kernel"). Calibration.
     """
 
     memory_latency_seconds: float = 1000 * NANO
