@@ -243,7 +243,8 @@ def detect() -> Hardware:
     with or without a GPU), then `JTBLAS_GPU` (a built-in name), then for the first GPU its
     calibrated profile in `jtblas.profiles.profile_dir()` if one matches its name and the driver
     version, else the built-in for its `device_kind`; `DEFAULT` when JAX has no GPU (CPU
-    interpreter runs). A damaged profile warns and falls back to the next rule.
+    interpreter runs). A damaged profile warns and falls back to the next rule. For a GPU, `tma`
+    is turned off where the launcher cannot allocate the TMA kernel's scratch (`launch_capable`).
     """
     from jtblas import profiles
 
@@ -264,8 +265,19 @@ def detect() -> Hardware:
     if cached.is_file():
         hardware = profiles.load_or_none(cached, device=device_kind, driver=driver)
         if hardware is not None:
-            return hardware
-    return from_device_kind(device_kind, capability)
+            return launch_capable(hardware, "cuda")
+    return launch_capable(from_device_kind(device_kind, capability), "cuda")
+
+
+def launch_capable(hardware: Hardware, platform: str) -> Hardware:
+    """`hardware` as kernels launched on `platform` ("cuda" or "cpu") can use it: without the TMA
+    kernel where the launcher cannot give it the global scratch its descriptors need (a CUDA
+    jaxlib older than 0.11; the CPU interpreter runs it)."""
+    from jtblas import launch  # here: the description table itself needs no JAX
+
+    if hardware.tma and not launch.global_scratch_supported(platform):
+        return dataclasses.replace(hardware, tma=False)
+    return hardware
 
 
 def _first_gpu() -> tuple[str, tuple[int, int] | None] | None:

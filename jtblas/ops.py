@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import math
 from typing import Any, NamedTuple
@@ -288,7 +287,7 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0,
                problem.m * problem.n)
     out = _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides,
-                       deterministic=static.deterministic)
+                       deterministic=static.deterministic, hw=hw)
     return out if (problem.m, problem.n) == (m, n) else out[:, :m, :n]
 
 
@@ -320,6 +319,7 @@ def launch_spec(
     batch: int = 1,
     batch_strides: tuple[int, int, int] = (0, 0, 0),
     atomic: bool = False,
+    hw: hardware.Hardware | None = None,
 ) -> LaunchSpec:
     """Grid, scalar arguments and meta-parameters of `matmul_kernel` for row-major operands
     (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], each row `problem.lda`/`ldb` elements
@@ -333,20 +333,19 @@ def launch_spec(
     into which every split adds its partial with atomics (ATOMIC_SPLIT); the result is C when C
     is fp32, else `sum_splits_spec(..., atomic=True)` casts it.
 
-    A `config.tma` launch is `matmul_tma_kernel`'s instead (`tma_launch_spec`).
+    A `config.tma` launch is `matmul_tma_kernel`'s instead (`tma_launch_spec`, on `hw`, by
+    default the detected GPU).
     """
     if config.tma:
-        return tma_launch_spec(problem, config, batch=batch, batch_strides=batch_strides)
+        return tma_launch_spec(problem, config, batch=batch, batch_strides=batch_strides, hw=hw)
     m, n, k = problem.m, problem.n, problem.k
     split = config.split_k
     lda, ldb = problem.a_row_stride, problem.b_row_stride
     stride_am, stride_ak = (1, lda) if problem.transpose_a else (lda, 1)
     stride_bk, stride_bn = (1, ldb) if problem.transpose_b else (ldb, 1)
     tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
-    a_stored = (k if problem.transpose_a else m) * lda
-    b_stored = (n if problem.transpose_b else k) * ldb
     atomic = atomic and split > 1
-    biggest = max(a_stored, b_stored, m * n * (1 if atomic else split)) * batch
+    biggest = max(*_stored_elements(problem), m * n * (1 if atomic else split)) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
     sizes_and_strides = dict(
         M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
@@ -364,11 +363,7 @@ def launch_spec(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         metaparams=dict(
-            BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n,
-            BLOCK_K=config.block_k,
-            GROUP_M=config.group_m,
-            INPUT_PRECISION=problem.input_precision,
+            **_tile_metaparams(problem, config),
             EVEN_K=k % config.block_k == 0,
             INDEX_64=biggest >= _INDEX_32_LIMIT,
             **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
@@ -393,26 +388,33 @@ def tma_launch_spec(
     hw = hw or hardware.detect()
     tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
     resident = hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
-    a_stored = (problem.k if problem.transpose_a else problem.m) * problem.a_row_stride
-    b_stored = (problem.n if problem.transpose_b else problem.k) * problem.b_row_stride
-    biggest = max(a_stored, b_stored, problem.m * problem.n) * batch
+    biggest = max(*_stored_elements(problem), problem.m * problem.n) * batch
     return LaunchSpec(
         grid=(min(tiles, resident), batch),
         scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, *batch_strides),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         metaparams=dict(
-            BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n,
-            BLOCK_K=config.block_k,
-            GROUP_M=config.group_m,
-            INPUT_PRECISION=problem.input_precision,
+            **_tile_metaparams(problem, config),
             TRANSPOSE_A=problem.transpose_a,
             TRANSPOSE_B=problem.transpose_b,
             STORE_HALVES=resources.store_halves(config),
             INDEX_64=biggest >= _INDEX_32_LIMIT,
         ),
     )
+
+
+def _tile_metaparams(problem: Problem, config: Config) -> dict[str, Any]:
+    """The meta-parameters both GEMM kernels take: the tile, the group and the dot's precision."""
+    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                GROUP_M=config.group_m, INPUT_PRECISION=problem.input_precision)
+
+
+def _stored_elements(problem: Problem) -> tuple[int, int]:
+    """Elements A and B span as stored: rows x row stride (`lda`, `ldb`)."""
+    a_rows = problem.k if problem.transpose_a else problem.m
+    b_rows = problem.n if problem.transpose_b else problem.k
+    return a_rows * problem.a_row_stride, b_rows * problem.b_row_stride
 
 
 # The GEMV-style kernel handles up to this many rows (its FMAs grow with M; beyond, tensor cores).
@@ -479,8 +481,10 @@ def _launch_gemm(
     batch: int = 1,
     batch_strides: tuple[int, int, int] = (0, 0, 0),
     deterministic: bool = True,
+    hw: hardware.Hardware | None = None,
 ) -> jax.Array:
-    """The product by `matmul_kernel`: [M, N] for 2-D operands, [batch, M, N] for 3-D ones.
+    """The product by `matmul_kernel` (`matmul_tma_kernel` for a `config.tma`, sized for `hw`):
+    [M, N] for 2-D operands, [batch, M, N] for 3-D ones.
 
     One launch, or with `config.split_k` > 1 two: fp32 partial sums of K slices into a
     [split_k·batch, M, N] workspace, then `sum_splits_kernel` adds them in a fixed order and casts
@@ -491,7 +495,7 @@ def _launch_gemm(
     """
     split = config.split_k
     atomic = split > 1 and not deterministic
-    spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic)
+    spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
     out_dtype = jnp.dtype(problem.out_dtype)
     fp32 = jnp.dtype(jnp.float32)
@@ -627,14 +631,11 @@ def input_precision(precision: Any) -> str:
 
 
 def launch_hardware(operands: list[Any]) -> hardware.Hardware:
-    """The description of the GPU these operands' launch runs on (`hardware.detect`), without
-    the TMA kernel where the launcher cannot give it the global scratch it needs (a CUDA jaxlib
-    older than 0.11; the CPU interpreter runs it)."""
-    hw = hardware.detect()
+    """The description of the GPU these operands' launch runs on (`hardware.detect`), as the
+    launch's platform can use it (`hardware.launch_capable`: a forced CUDA launch on a CPU
+    machine, for one, follows the installed jaxlib)."""
     platform, _ = launch.target_platform(operands)
-    if hw.tma and not launch.global_scratch_supported(platform):
-        hw = dataclasses.replace(hw, tma=False)
-    return hw
+    return hardware.launch_capable(hardware.detect(), platform)
 
 
 def check_config(config: Any, problem: Problem, hw: hardware.Hardware | None = None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import jtblas
-from jtblas import calibrate, cli, hardware, model, profiles
+from jtblas import calibrate, cli, hardware, launch, model, profiles
 
 H200_FIELDS = dict(dram_bytes_per_s=4.1e12, l2_bytes_per_s=9.0e12, fp32_flops=50e12, launch_seconds=2.5e-6,
                    clock_hz=1.7e9, sm_count=132, tensor_flops={"bfloat16": 760e12, "float16": 765e12,
@@ -137,6 +137,9 @@ def test_damaged_profile_in_environment_warns_and_falls_back(tmp_path, monkeypat
 def _fake_gpu(monkeypatch, device="NVIDIA H200", driver="570.124.06"):
     monkeypatch.setattr(hardware, "_first_gpu", lambda: (device, (9, 0)))
     monkeypatch.setattr(profiles, "driver_version", lambda: driver)
+    # A GPU whose jaxlib allocates global scratch (as jaxlib 0.11 on the GPU machine), so the
+    # built-in description comes back unchanged (`hardware.launch_capable`).
+    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
 
 
 def test_detect_picks_up_the_cached_profile_for_this_gpu_and_driver(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import resources
 from tests.reference import DTYPES, random_operands, relative_error, tolerance
+from tests.test_matmul import BACKENDS, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -25,16 +26,6 @@ TMA_CONFIGS = [
     jtblas.Config(block_m=64, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=3, tma=True),
     jtblas.Config(block_m=64, block_n=256, block_k=16, group_m=1, num_warps=4, num_stages=3, tma=True),  # halves
 ]
-BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
-
-
-def on_backend(backend, *arrays):
-    if backend == "cuda" and jax.default_backend() != "gpu":
-        pytest.skip("needs a CUDA GPU; run `pytest -m gpu` on the GPU machine")
-    device = jax.devices("gpu" if backend == "cuda" else "cpu")[0]
-    return [jax.device_put(x, device) for x in arrays]
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
@@ -118,6 +109,8 @@ def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     with launch.forced_backend("cuda", compute_capability=90):
         hw = ops.launch_hardware([])
     assert not hw.tma and hardware.H200.tma
+    assert not hardware.launch_capable(hardware.H200, "cuda").tma  # what `detect` gives on such a GPU
+    assert hardware.launch_capable(hardware.H200, "cpu").tma  # the interpreter needs no jaxlib scratch
     assert not model.select_for_problem(Problem(m=4096, n=4096, k=4096, transpose_b=True), hw).tma
     with pytest.raises(RuntimeError, match="global scratch"):
         launch._register_global_scratch(matmul_tma_kernel, (384, 128))

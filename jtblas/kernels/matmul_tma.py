@@ -32,24 +32,14 @@ def operand_descriptor(ptr, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr, BL
 
 
 @triton.jit
-def load_a_block(a_desc, row, k, TRANSPOSE_A: tl.constexpr):
-    """A's [BLOCK_M, BLOCK_K] tile at (row, k): from A stored [M, K], or from its stored [K, M]
-    rows as a transposed view."""
-    if TRANSPOSE_A:
-        block = a_desc.load([k, row]).T
+def load_block(desc, row, col, TRANSPOSED: tl.constexpr):
+    """The operand's tile at (row, col) of the matrix as used (A: [M, K], B: [K, N]): from the
+    descriptor of its stored rows, or, TRANSPOSED (stored [K, M] / [N, K]), as a transposed view
+    of the tile loaded at (col, row)."""
+    if TRANSPOSED:
+        block = desc.load([col, row]).T
     else:
-        block = a_desc.load([row, k])
-    return block
-
-
-@triton.jit
-def load_b_block(b_desc, k, col, TRANSPOSE_B: tl.constexpr):
-    """B's [BLOCK_K, BLOCK_N] tile at (k, col): from B stored [K, N], or from its stored [N, K]
-    rows as a transposed view."""
-    if TRANSPOSE_B:
-        block = b_desc.load([col, k]).T
-    else:
-        block = b_desc.load([k, col])
+        block = desc.load([row, col])
     return block
 
 
@@ -111,8 +101,8 @@ def matmul_tma_kernel(
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kb in range(k_blocks):
-            a = load_a_block(a_desc, pid_m * BLOCK_M, kb * BLOCK_K, TRANSPOSE_A)
-            b = load_b_block(b_desc, kb * BLOCK_K, pid_n * BLOCK_N, TRANSPOSE_B)
+            a = load_block(a_desc, pid_m * BLOCK_M, kb * BLOCK_K, TRANSPOSE_A)
+            b = load_block(b_desc, kb * BLOCK_K, pid_n * BLOCK_N, TRANSPOSE_B)
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         stored += programs
         pid_m, pid_n = grouped_tile(stored, M, N, BLOCK_M, BLOCK_N, GROUP_M)
