@@ -61,29 +61,35 @@ def launch(
     *,
     grid: tuple[int, ...],
     args: Sequence[jax.Array | int | float],
-    out_shape: jax.ShapeDtypeStruct,
+    out_shape: jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct],
     num_warps: int,
     num_stages: int,
     metaparams: Mapping[str, Any],
-    zeroed_outputs: bool = False,
+    zeroed_outputs: bool | Sequence[int] = False,
     global_scratch: tuple[int, int] | None = None,
-) -> jax.Array:
-    """Runs `kernel[grid](*args, out, **metaparams)` and returns `out`.
+) -> jax.Array | tuple[jax.Array, ...]:
+    """Runs `kernel[grid](*args, *outs, **metaparams)` and returns `out` (a tuple of them for a
+    sequence of output shapes).
 
     Args:
-      kernel: a `@triton.jit` function whose last runtime argument is the output pointer.
+      kernel: a `@triton.jit` function whose last runtime arguments are the output pointers.
       grid: program counts per axis (Python ints).
       args: runtime arguments in kernel order: arrays (pointers) and Python scalars.
-      out_shape: shape and dtype of the output, allocated by the backend.
+      out_shape: shape and dtype of the output (or of each output), allocated by the backend.
       num_warps, num_stages: compile options.
       metaparams: the kernel's `tl.constexpr` arguments.
       zeroed_outputs: the output starts as zeros (for kernels that accumulate into it, e.g. with
-        atomics); otherwise its contents before the kernel runs are undefined (NaN on the CPU).
+        atomics), or the positions of the outputs that do; the others' contents before the kernel
+        runs are undefined (NaN on the CPU).
       global_scratch: (bytes per program, alignment) of global scratch the kernel needs, e.g. for
         device-side TMA descriptors (`tl.make_tensor_descriptor`); the launcher allocates it.
     """
     arrays = [arg for arg in args if isinstance(arg, (jax.Array, np.ndarray))]
     platform, compute_capability = target_platform(arrays)
+    several = not isinstance(out_shape, jax.ShapeDtypeStruct)
+    if isinstance(zeroed_outputs, bool):
+        zeroed_outputs = (0,) if zeroed_outputs else ()
+    zeroed_outputs = tuple(zeroed_outputs)
     if platform == "cuda":
         if global_scratch is not None:
             _register_global_scratch(kernel, global_scratch)
@@ -95,11 +101,13 @@ def launch(
             num_warps=num_warps,
             num_stages=num_stages,
             compute_capability=compute_capability,
-            zeroed_outputs=(0,) if zeroed_outputs else (),
+            zeroed_outputs=zeroed_outputs,
             **metaparams,
         )
     if platform == "cpu":
-        return _launch_interpreted(kernel, grid, args, out_shape, dict(metaparams), zeroed_outputs)
+        outs = _launch_interpreted(kernel, grid, args, list(out_shape) if several else [out_shape],
+                                   dict(metaparams), zeroed_outputs)
+        return tuple(outs) if several else outs[0]
     raise NotImplementedError(f"jtblas has no kernel backend for platform {platform!r}")
 
 
@@ -188,7 +196,7 @@ def _jax_triton() -> Any:
     return jax_triton
 
 
-def _launch_interpreted(kernel, grid, args, out_shape, metaparams, zeroed_outputs=False):
+def _launch_interpreted(kernel, grid, args, out_shapes, metaparams, zeroed_outputs=()):
     array_positions = [i for i, arg in enumerate(args) if not isinstance(arg, (int, float))]
     scalars = {i: arg for i, arg in enumerate(args) if isinstance(arg, (int, float))}
     arrays = [args[i] for i in array_positions]
@@ -199,15 +207,18 @@ def _launch_interpreted(kernel, grid, args, out_shape, metaparams, zeroed_output
             kernel_args[position] = _HostTensor(_interpreter_operand(np.asarray(host)))
         for position, value in scalars.items():
             kernel_args[position] = value
-        out_dtype = np.dtype(out_shape.dtype)
-        compute_dtype = np.float32 if out_dtype == jnp.bfloat16 else out_dtype
-        # Poisoned unless zeroed: an element the kernel does not write stays NaN.
-        out = np.full(out_shape.shape, 0 if zeroed_outputs else np.nan, dtype=compute_dtype)
+        outs = []
+        for position, shape in enumerate(out_shapes):
+            dtype = np.dtype(shape.dtype)
+            compute_dtype = np.float32 if dtype == jnp.bfloat16 else dtype
+            # Poisoned unless zeroed: an element the kernel does not write stays NaN (-1 for integers).
+            poison = np.nan if np.issubdtype(dtype, np.floating) else -1
+            outs.append(np.full(shape.shape, 0 if position in zeroed_outputs else poison, dtype=compute_dtype))
         with _interpreted_language():
-            _interpreted(kernel)[grid](*kernel_args, _HostTensor(out), **metaparams)
-        return out.astype(out_dtype)
+            _interpreted(kernel)[grid](*kernel_args, *map(_HostTensor, outs), **metaparams)
+        return [out.astype(shape.dtype) for out, shape in zip(outs, out_shapes)]
 
-    return jax.pure_callback(callback, out_shape, *arrays, vmap_method="sequential")
+    return jax.pure_callback(callback, out_shapes, *arrays, vmap_method="sequential")
 
 
 def _interpreter_operand(array: np.ndarray) -> np.ndarray:

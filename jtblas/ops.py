@@ -22,7 +22,12 @@ from jax.ad_checkpoint import checkpoint_name
 from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, VALID_NUM_WARPS, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
-from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
+from jtblas.kernels.matmul_tma import (
+    GLOBAL_SCRATCH_ALIGN,
+    GLOBAL_SCRATCH_BYTES,
+    matmul_tma_kernel,
+    matmul_tma_stream_k_kernel,
+)
 from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import repack, resources
 
@@ -402,6 +407,57 @@ def tma_launch_spec(
             INDEX_64=biggest >= _INDEX_32_LIMIT,
         ),
     )
+
+
+def stream_k_tma(
+    a: jax.Array,
+    b: jax.Array,
+    config: Config,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    programs: int | None = None,
+    whole_tiles: int | None = None,
+) -> jax.Array:
+    """Experimental, not a model candidate (BENCHMARKS.md, session 7): C = op(a) · op(b) for 2-D
+    bf16/fp16 operands by `matmul_tma_stream_k_kernel`, one launch of `programs` programs (default:
+    the SMs times the programs one SM holds). The first `whole_tiles` tiles (default: every full
+    wave of the grid) are computed whole; the K iterations of the rest are shared evenly, the
+    pieces summed in a fixed order (the same bits run after run). Raises ValueError where the
+    TMA kernel cannot run `config` or the counts are out of range."""
+    problem, _ = make_problem(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=None,
+                              preferred_element_type=None)
+    if a.ndim != 2 or problem is None:
+        raise ValueError(f"stream_k_tma: needs non-empty 2-D operands, got {a.shape=}, {b.shape=}")
+    hw = launch_hardware([a, b])
+    check_config(config, problem, hw)
+    if not config.tma:
+        raise ValueError(f"stream_k_tma: {config.short()} is not a TMA config (tma=True)")
+    tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
+    if programs is None:
+        programs = hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
+    if whole_tiles is None:
+        whole_tiles = tiles // programs * programs
+    if programs < 1 or not 0 <= whole_tiles <= tiles:
+        raise ValueError(f"stream_k_tma: programs={programs} must be >= 1 and whole_tiles={whole_tiles} "
+                         f"in [0, {tiles}] (the tiles of {problem.short()})")
+    if max(*_stored_elements(problem), problem.m * problem.n) >= _INDEX_32_LIMIT:
+        raise ValueError(f"stream_k_tma: {problem.short()} needs 64-bit offsets")
+    c, _, _ = launch.launch(
+        matmul_tma_stream_k_kernel,
+        grid=(programs,),
+        args=[a, b, problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, whole_tiles],
+        out_shape=[jax.ShapeDtypeStruct((problem.m, problem.n), problem.out_dtype),
+                   jax.ShapeDtypeStruct((programs, config.block_m, config.block_n), jnp.float32),  # partials
+                   jax.ShapeDtypeStruct((programs,), jnp.int32)],  # flags: a program's partial is stored
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        metaparams=dict(**_tile_metaparams(problem, config), TRANSPOSE_A=problem.transpose_a,
+                        TRANSPOSE_B=problem.transpose_b, STORE_HALVES=resources.store_halves(config)),
+        zeroed_outputs=(2,),
+        global_scratch=(GLOBAL_SCRATCH_BYTES, GLOBAL_SCRATCH_ALIGN),
+    )
+    return c
 
 
 def _tile_metaparams(problem: Problem, config: Config) -> dict[str, Any]:

@@ -145,3 +145,48 @@ def test_model_uses_tma_where_the_pointer_kernel_is_slow():
     assert not jtblas.select(4096, 4096, 4096, transpose_b=True, hardware="a100").tma
     assert not jtblas.select(4096, 4096, 4096, dtype="float32", transpose_b=True, hardware="h200").tma
     assert not any(c.tma for c in jtblas.candidates(4096, 4099, 4096, transpose_b=True, hardware="h200"))
+
+
+# Stream-K hybrid (`matmul_tma_stream_k_kernel`, experimental): 136x200 C in 64x32 tiles is 3x7 =
+# 21 tiles, K 88 is 3 blocks of 32 (a tail); (programs, whole tiles) below cover shares inside one
+# tile, shares across tiles, tiles shared by every program, and programs with no share at all.
+STREAM_K_CASES = [(5, 15), (5, 0), (5, 20), (13, 0), (4, 21)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("programs,whole_tiles", STREAM_K_CASES)
+def test_stream_k_tma_matches_float64(backend, transpose_a, transpose_b, programs, whole_tiles, rng):
+    a, b, reference = random_operands(rng, 136, 200, 88, "float16", transpose_a=transpose_a, transpose_b=transpose_b)
+    a, b = on_backend(backend, a, b)
+
+    def product(x, y):
+        return ops.stream_k_tma(x, y, TMA_CONFIGS[0], transpose_a=transpose_a, transpose_b=transpose_b,
+                                programs=programs, whole_tiles=whole_tiles)
+
+    out = jax.jit(product)(a, b)
+    assert out.dtype == jnp.float16 and out.shape == (136, 200)
+    assert relative_error(out, reference) < tolerance("float16", "float16")
+    assert (out == jax.jit(product)(a, b)).all()  # the pieces are added in a fixed order
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_k_tma_halves_and_default_split(backend, rng):
+    """A 256-column tile (stored in halves) with the default grid and split: every full wave
+    computed whole, the rest shared (on the CPU every program of a resident grid)."""
+    a, b, reference = random_operands(rng, 72, 264, 40, "bfloat16", transpose_b=True)
+    a, b = on_backend(backend, a, b)
+    out = ops.stream_k_tma(a, b, TMA_CONFIGS[1], transpose_b=True, programs=3)
+    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+
+
+def test_stream_k_tma_refuses_what_it_cannot_run():
+    a = jnp.ones((64, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match="not a TMA config"):
+        ops.stream_k_tma(a, a, dataclasses.replace(TMA_CONFIGS[0], tma=False))
+    with pytest.raises(ValueError, match=r"whole_tiles=3 in \[0, 2\]"):
+        ops.stream_k_tma(a, a, TMA_CONFIGS[0], programs=2, whole_tiles=3)
+    with pytest.raises(ValueError, match="2-D"):
+        ops.stream_k_tma(a[None], a, TMA_CONFIGS[0])
+    with pytest.raises(ValueError, match="B row stride 36"):
+        ops.stream_k_tma(a[:, :24], jnp.ones((24, 36), jnp.bfloat16), TMA_CONFIGS[0])
