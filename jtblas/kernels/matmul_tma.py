@@ -9,6 +9,9 @@ operand is a descriptor over its stored [K, M] or [N, K] rows, the loaded tile t
 view), zero-fills reads past the edges and clips the stores, so the kernel has no masks and no
 per-element addresses. Requirements (checked by the ops layer): 16-byte aligned base pointers and
 row strides, contiguous rows.
+
+`matmul_tma_stream_k_kernel` is an experimental Stream-K hybrid of the same loop (one product,
+the last partial wave's K iterations shared by all programs; not a model candidate).
 """
 
 import triton
@@ -171,7 +174,8 @@ def matmul_tma_stream_k_kernel(
     TRANSPOSE_B: tl.constexpr,
     STORE_HALVES: tl.constexpr,
 ):
-    """Stream-K hybrid of `matmul_tma_kernel` (Osama et al., PPoPP 2023, "DP + Stream-K") for
+    """Experimental (not a model candidate; measured in BENCHMARKS.md, session 7): the Stream-K
+    hybrid of `matmul_tma_kernel` (Osama et al., PPoPP 2023, "DP + Stream-K") for
     one product (operands as there): program p of a grid (P,) computes tiles p, p + P, ... below
     DP_TILES whole, then takes its even share (`share_range`) of the K iterations of the other
     tiles, so that no SM idles through a last, partly filled wave.
