@@ -1,0 +1,153 @@
+"""A warp-specialized persistent GEMM for Hopper in Gluon (Triton 3.6's lower-level dialect):
+C = A · B, fp32 accumulation, bf16/fp16 operands and C through device-side TMA descriptors.
+
+Only `@gluon.jit` code lives here. Experimental: launched by torch (`benchmarks/gluon_ws_probe.py`);
+jax-triton 0.3.1 lowers `@triton.jit` functions only, so `jtblas.matmul` cannot run it yet.
+
+Why (BENCHMARKS.md, session 7): under sustained load cuBLAS's warp-specialized kernels do more
+work per clock than our Triton kernels, whose K loop issues TMA loads and wgmma from the same
+warps (Triton 3.6 warp-specializes only on Blackwell). Here one producer warp runs ahead filling
+a ring of STAGES shared-memory buffers with TMA loads (an mbarrier per buffer each way: "ready"
+when its bytes have landed, "empty" when the wgmma that read it has finished); the default
+partition, two consumer warpgroups, runs wgmma on a 128 x BLOCK_N tile (64 rows each) and the
+epilogue, whose TMA store overlaps the next tile's K loop. Tiles are walked persistently
+(program p: tiles p, p + programs, ...) in grouped order; tails are the copy engine's (zero-filled
+loads, clipped stores). Requirements: 16-byte aligned base pointers and row strides.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# Global scratch per program: three device-side descriptors of 128 bytes (as matmul_tma_kernel).
+GLOBAL_SCRATCH_BYTES = 3 * 128
+GLOBAL_SCRATCH_ALIGN = 128
+
+
+@gluon.jit
+def grouped_tile(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(tile row, tile column) of linear tile `tile`, GROUP_M tile rows walked together (as
+    `jtblas.kernels.matmul.grouped_tile`)."""
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    group = tile // per_group
+    first_m = group * GROUP_M
+    rows = gl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % rows
+    pid_n = (tile % per_group) // rows
+    return pid_m, pid_n
+
+
+@gluon.jit
+def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+             STAGES: gl.constexpr, TRANSPOSE_A: gl.constexpr, TRANSPOSE_B: gl.constexpr):
+    """The worker partition (one warp): for every K step of every tile of this program, waits
+    until the ring's next buffer is empty, then loads the A and B blocks into it with TMA."""
+    tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    k_blocks = gl.cdiv(K, BLOCK_K)
+    count = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for kb in range(k_blocks):
+            stage = count % STAGES
+            phase = (count // STAGES) & 1
+            mbarrier.wait(empty.index(stage), phase ^ 1)  # a fresh mbarrier counts as phase 1 done
+            bar = ready.index(stage)
+            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            if TRANSPOSE_A:
+                tma.async_copy_global_to_shared(a_desc, [kb * BLOCK_K, pid_m * BLOCK_M], bar, a_bufs.index(stage))
+            else:
+                tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, kb * BLOCK_K], bar, a_bufs.index(stage))
+            if TRANSPOSE_B:
+                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, kb * BLOCK_K], bar, b_bufs.index(stage))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [kb * BLOCK_K, pid_n * BLOCK_N], bar, b_bufs.index(stage))
+            count += 1
+
+
+@gluon.jit
+def consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, M, N, K,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+             STAGES: gl.constexpr, TRANSPOSE_A: gl.constexpr, TRANSPOSE_B: gl.constexpr):
+    """The default partition (num_warps warps): wgmma over the ring's buffers as they fill, each
+    buffer handed back once the next K step's wgmma is issued and its own has finished; then the
+    tile's epilogue through shared memory and a TMA store left in flight until the next tile's."""
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                     instr_shape=[16, BLOCK_N, 16])
+    tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    k_blocks = gl.cdiv(K, BLOCK_K)
+    count = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, layout)
+        for kb in range(k_blocks):
+            stage = count % STAGES
+            mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
+            a = a_bufs.index(stage)
+            b = b_bufs.index(stage)
+            if TRANSPOSE_A:
+                a = a.permute((1, 0))
+            if TRANSPOSE_B:
+                b = b.permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc, a, b = warpgroup_mma_wait(1, deps=(acc, a, b))
+            # The previous K step's wgmma has finished: its buffers go back to the producer.
+            mbarrier.arrive(empty.index((count + STAGES - 1) % STAGES), pred=kb > 0)
+            count += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((count + STAGES - 1) % STAGES))
+        tma.store_wait(0)  # the previous tile's store has read c_smem
+        c_smem.store(acc.to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def ws_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                     STAGES: gl.constexpr, TRANSPOSE_A: gl.constexpr, TRANSPOSE_B: gl.constexpr,
+                     PRODUCER_REGS: gl.constexpr):
+    """C [M, N] (dense) = A · B, A stored [M, K] (TRANSPOSE_A: [K, M]) with rows lda elements
+    apart, B [K, N] (TRANSPOSE_B: [N, K]) with rows ldb apart. Launch a grid of (programs,) with
+    num_warps=8 (the consumers; the producer warp comes on top, PRODUCER_REGS registers each)."""
+    dtype: gl.constexpr = a_ptr.dtype.element_ty
+    if TRANSPOSE_A:
+        a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_M], dtype)
+        a_desc = tma.make_tensor_descriptor(a_ptr, [K, M], [lda, 1], [BLOCK_K, BLOCK_M], a_layout)
+        a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_M], a_layout)
+    else:
+        a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
+        a_desc = tma.make_tensor_descriptor(a_ptr, [M, K], [lda, 1], [BLOCK_M, BLOCK_K], a_layout)
+        a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
+    if TRANSPOSE_B:
+        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], dtype)
+        b_desc = tma.make_tensor_descriptor(b_ptr, [N, K], [ldb, 1], [BLOCK_N, BLOCK_K], b_layout)
+        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], b_layout)
+    else:
+        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
+        b_desc = tma.make_tensor_descriptor(b_ptr, [K, N], [ldb, 1], [BLOCK_K, BLOCK_N], b_layout)
+        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
+    c_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype)
+    c_desc = tma.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N], c_layout)
+    c_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], c_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize([
+        (consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                    STAGES, TRANSPOSE_A, TRANSPOSE_B)),
+        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                    STAGES, TRANSPOSE_A, TRANSPOSE_B)),
+    ], [1], [PRODUCER_REGS])
+
