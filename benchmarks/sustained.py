@@ -8,11 +8,13 @@ as `matmul_vs_xla.looped`), contenders interleaved over `--rounds` (reversed eve
 are reported with TFLOP/s per GHz and the fraction of that clock's dense peak.
 
     python benchmarks/sustained.py [--gemms fwd1,dx1,...|all] [--shapes 4096x4096x4096:NT,...]
-        [--configs "128x256x64 w8 s3 g8 tma;128x256x64 w8 s4 g8"] [--stream-k] [--seconds 1] [--rounds 2] [--json FILE]
+        [--configs "128x256x64 w8 s3 g8 tma;128x256x64 w8 s4 g8"] [--stream-k] [--gluon] [--seconds 1] [--rounds 2]
+        [--json FILE]
 
 The GEMMs are those of `mlp_gemms.py` (an MLP block's training step); `--stream-k` adds, for each
 TMA config, the experimental Stream-K hybrid (`jtblas.ops.stream_k_tma`: full waves whole, the
-remaining tiles' K iterations shared by all programs).
+remaining tiles' K iterations shared by all programs); `--gluon` the experimental warp-specialized
+Gluon kernel with the same tile (`jtblas.ops.gluon_ws_matmul`).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class ClockSampler:
             self.process.terminate()
 
 
-def contenders(row: tuple, configs: list[jtblas.Config], stream_k: bool) -> list[tuple[str, object]]:
+def contenders(row: tuple, configs: list[jtblas.Config], stream_k: bool, gluon: bool) -> list[tuple[str, object]]:
     name, _, _, ta, tb, (m, n, k) = row
     dims = (((0 if ta else 1,), (1 if tb else 0,)), ((), ()))
     runs = [("xla", lambda x, y: jax.lax.dot_general(x, y, dims))]
@@ -108,6 +110,9 @@ def contenders(row: tuple, configs: list[jtblas.Config], stream_k: bool) -> list
             x, y, transpose_a=ta, transpose_b=tb, config=c)))
         if stream_k and config.tma:
             runs.append((config.short() + " stream-k", lambda x, y, c=config: jtblas.ops.stream_k_tma(
+                x, y, c, transpose_a=ta, transpose_b=tb)))
+        if gluon and config.tma:
+            runs.append((config.short() + " gluon-ws", lambda x, y, c=config: jtblas.ops.gluon_ws_matmul(
                 x, y, c, transpose_a=ta, transpose_b=tb)))
     return runs
 
@@ -121,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ffn", type=int, default=14336)
     parser.add_argument("--configs", default="128x256x64 w8 s3 g8 tma", help="';'-separated Config.short() strings")
     parser.add_argument("--stream-k", action="store_true")
+    parser.add_argument("--gluon", action="store_true")
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
             name, a_shape, b_shape, _, _, (m, n, k) = row
             a = jax.random.normal(jax.random.PRNGKey(0), a_shape, jnp.bfloat16)
             b = jax.random.normal(jax.random.PRNGKey(1), b_shape, jnp.bfloat16)
-            runs = contenders(row, configs, args.stream_k)
+            runs = contenders(row, configs, args.stream_k, args.gluon)
             reference = np.asarray(jax.jit(runs[0][1])(a, b), np.float32)
             loops = []
             for label, product in runs:

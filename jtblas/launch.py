@@ -105,6 +105,10 @@ def launch(
             **metaparams,
         )
     if platform == "cpu":
+        if _is_gluon(kernel):
+            raise NotImplementedError(
+                f"jtblas: {kernel.fn.__name__} is a Gluon kernel, which Triton's interpreter cannot run; "
+                "it runs on CUDA GPUs only")
         outs = _launch_interpreted(kernel, grid, args, list(out_shape) if several else [out_shape],
                                    dict(metaparams), zeroed_outputs)
         return tuple(outs) if several else outs[0]
@@ -180,7 +184,8 @@ def _jax_triton() -> Any:
     jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which turns off Triton's on-disk
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
     "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
-    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`).
+    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), and
+    Gluon kernels are compiled by `_gluon_aware`.
     """
     saved = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
@@ -193,7 +198,66 @@ def _jax_triton() -> Any:
 
     if _jaxlib_kernel_takes_scratch() and not isinstance(triton_lib.triton_kernel_call_lib, _ScratchAwareKernelLibrary):
         triton_lib.triton_kernel_call_lib = _ScratchAwareKernelLibrary(triton_lib.triton_kernel_call_lib)
+    if not getattr(triton_lib.get_or_create_triton_kernel, "compiles_gluon", False):
+        triton_lib.get_or_create_triton_kernel = _gluon_aware(triton_lib.get_or_create_triton_kernel)
     return jax_triton
+
+
+def _is_gluon(kernel: Any) -> bool:
+    """Whether `kernel` is a `@gluon.jit` function (Triton's lower-level dialect)."""
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:
+        return False
+    return isinstance(kernel, GluonJITFunction)
+
+
+def _gluon_aware(get_or_create_triton_kernel: Any) -> Any:
+    """jax-triton's `get_or_create_triton_kernel`, extended to Gluon kernels: jax-triton 0.3.1
+    builds every kernel through Triton's `@triton.jit` front end, which cannot read Gluon code.
+    A Gluon kernel is compiled by `triton.compile` from its own source type instead, with the
+    signature and pointer alignment jax-triton would give it, and handed to jaxlib with the
+    compiled warp count (a warp-specialized kernel has more warps than `num_warps`)."""
+
+    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps, num_stages,
+                      num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
+        if platform != "cuda" or not _is_gluon(fn):
+            return get_or_create_triton_kernel(
+                backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
+                num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
+                enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
+        return _gluon_kernel(fn, tuple(arg_dtypes), tuple(tuple(arg) for arg in scalar_args), num_warps,
+                             num_stages, num_ctas, compute_capability, tuple(sorted(metaparams.items())))
+
+    get_or_create.compiles_gluon = True
+    return get_or_create
+
+
+@functools.cache
+def _gluon_kernel(fn, arg_dtypes, scalar_args, num_warps, num_stages, num_ctas, compute_capability, metaparams):
+    import jax_triton.triton_lib as triton_lib
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    drop_blank_triton_cache_dir()  # triton.compile needs its cache directory
+    library = triton_lib.triton_kernel_call_lib
+    if compute_capability is None:
+        compute_capability = library.get_compute_capability(0)
+    signature = {fn.arg_names[i]: dtype for i, dtype in enumerate(arg_dtypes)}
+    scalars = {i for i, _, _ in scalar_args}
+    constants = dict(metaparams)
+    constants.update({fn.arg_names[i]: 1 for i, _, value in scalar_args if value == 1})  # as jax-triton
+    signature.update({name: "constexpr" for name in constants})
+    # Arrays are 16-byte aligned (jax-triton assumes the same); scalars are not specialised.
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(arg_dtypes)) if i not in scalars}
+    compiled = triton.compile(GluonASTSource(fn, signature, constexprs=constants, attrs=attrs),
+                              target=GPUTarget("cuda", compute_capability, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas))
+    meta = compiled.metadata
+    kernel = library.TritonKernel(meta.name, meta.num_warps, num_ctas, meta.shared, compiled.asm["ptx"],
+                                  compiled.asm["ttgir"], compute_capability)
+    return kernel, attrs
 
 
 def _launch_interpreted(kernel, grid, args, out_shapes, metaparams, zeroed_outputs=()):

@@ -21,6 +21,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, VALID_NUM_WARPS, Config, Problem
+from jtblas.kernels import gluon_ws
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
@@ -458,6 +459,54 @@ def stream_k_tma(
         global_scratch=(GLOBAL_SCRATCH_BYTES, GLOBAL_SCRATCH_ALIGN),
     )
     return c
+
+
+def gluon_ws_matmul(
+    a: jax.Array,
+    b: jax.Array,
+    config: Config,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+) -> jax.Array:
+    """Experimental, not a model candidate (BENCHMARKS.md, session 7): C = op(a) · op(b) for 2-D
+    bf16/fp16 operands by the warp-specialized Gluon kernel (`jtblas/kernels/gluon_ws.py`) on a
+    CUDA GPU: one program per SM; `config` gives the tile (block_m = 16 x num_warps, the consumer
+    warps), block_k, group_m and the ring's depth (num_stages), and must be a TMA config (the
+    kernel moves A, B and C with TMA). Raises ValueError for what it cannot run, NotImplementedError
+    on the CPU (Triton's interpreter cannot run Gluon)."""
+    problem, _ = make_problem(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=None,
+                              preferred_element_type=None)
+    if a.ndim != 2 or problem is None:
+        raise ValueError(f"gluon_ws_matmul: needs non-empty 2-D operands, got {a.shape=}, {b.shape=}")
+    hw = launch_hardware([a, b])
+    errors = resources.tma_errors(config, problem, hw)
+    if not config.tma:
+        errors.append(f"{config.short()} is not a TMA config (tma=True)")
+    if config.block_m != 16 * config.num_warps:
+        errors.append(f"block_m={config.block_m} must be 16 x num_warps={config.num_warps} (each consumer "
+                      "warp holds 16 rows of the wgmma tile)")
+    stage_bytes = (config.block_m + config.block_n) * config.block_k * problem.operand_bytes
+    shared = config.num_stages * stage_bytes + config.block_m * config.block_n * problem.out_bytes
+    if shared > hw.smem_per_block:
+        errors.append(f"shared memory {shared} bytes (num_stages={config.num_stages} x {stage_bytes} + the C "
+                      f"tile) is over the {hw.smem_per_block} bytes of a block")
+    if max(*_stored_elements(problem), problem.m * problem.n) >= _INDEX_32_LIMIT:
+        errors.append(f"{problem.short()} needs 64-bit offsets")
+    if errors:
+        raise ValueError(f"gluon_ws_matmul: {config.short()} cannot run {problem.short()}: " + "; ".join(errors))
+    return launch.launch(
+        gluon_ws.ws_matmul_kernel,
+        grid=(hw.sm_count,),
+        args=[a, b, problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride],
+        out_shape=jax.ShapeDtypeStruct((problem.m, problem.n), problem.out_dtype),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        metaparams=dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                        GROUP_M=config.group_m, STAGES=config.num_stages, TRANSPOSE_A=problem.transpose_a,
+                        TRANSPOSE_B=problem.transpose_b, PRODUCER_REGS=gluon_ws.PRODUCER_REGISTERS),
+        global_scratch=(gluon_ws.GLOBAL_SCRATCH_BYTES, gluon_ws.GLOBAL_SCRATCH_ALIGN),
+    )
 
 
 def _tile_metaparams(problem: Problem, config: Config) -> dict[str, Any]:

@@ -212,16 +212,16 @@ def gluon_ws_launch(torch, a, b, c, *, transpose_a: bool, transpose_b: bool, blo
     """C = op(a) · op(b) into `c` (torch tensors, bf16/fp16, row-major as stored) by the
     experimental warp-specialized Gluon kernel (`jtblas/kernels/gluon_ws.py`): 128 x block_n
     tiles, a ring of `stages` buffers, one program per SM unless `programs` says otherwise."""
-    from jtblas.kernels.gluon_ws import ws_matmul_kernel
+    from jtblas.kernels.gluon_ws import PRODUCER_REGISTERS, ws_matmul_kernel
 
     use_torch_global_scratch(torch)
     m, n = c.shape
     k = a.shape[0] if transpose_a else a.shape[1]
     if programs is None:
         programs = torch.cuda.get_device_properties(c.device).multi_processor_count
-    ws_matmul_kernel[(programs,)](a, b, c, m, n, k, a.stride(0), b.stride(0), BLOCK_M=128, BLOCK_N=block_n,
+    ws_matmul_kernel[(programs,)](a, b, m, n, k, a.stride(0), b.stride(0), c, BLOCK_M=128, BLOCK_N=block_n,
                                   BLOCK_K=block_k, GROUP_M=8, STAGES=stages, TRANSPOSE_A=transpose_a,
-                                  TRANSPOSE_B=transpose_b, PRODUCER_REGS=40, num_warps=8)
+                                  TRANSPOSE_B=transpose_b, PRODUCER_REGS=PRODUCER_REGISTERS, num_warps=8)
 
 
 def use_torch_global_scratch(torch) -> None:

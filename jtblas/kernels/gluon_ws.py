@@ -1,8 +1,9 @@
 """A warp-specialized persistent GEMM for Hopper in Gluon (Triton 3.6's lower-level dialect):
 C = A · B, fp32 accumulation, bf16/fp16 operands and C through device-side TMA descriptors.
 
-Only `@gluon.jit` code lives here. Experimental: launched by torch (`benchmarks/gluon_ws_probe.py`);
-jax-triton 0.3.1 lowers `@triton.jit` functions only, so `jtblas.matmul` cannot run it yet.
+Only `@gluon.jit` code lives here. Experimental, not a model candidate: launched by torch
+(`benchmarks/gluon_ws_probe.py`) and through JAX by `jtblas.ops.gluon_ws_matmul` (jax-triton
+0.3.1 compiles `@triton.jit` functions only; `jtblas.launch` compiles Gluon ones itself).
 
 Why (BENCHMARKS.md, session 7): under sustained load cuBLAS's warp-specialized kernels do more
 work per clock than our Triton kernels, whose K loop issues TMA loads and wgmma from the same
@@ -28,6 +29,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 # Global scratch per program: three device-side descriptors of 128 bytes (as matmul_tma_kernel).
 GLOBAL_SCRATCH_BYTES = 3 * 128
 GLOBAL_SCRATCH_ALIGN = 128
+# Registers per thread of the producer warp (`setmaxnreg`): it only computes tile coordinates and
+# issues copies; the consumers get the rest of the register file.
+PRODUCER_REGISTERS = 40
 
 
 @gluon.jit
@@ -112,13 +116,14 @@ def consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, M, N, K,
 
 
 @gluon.jit
-def ws_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb,
+def ws_matmul_kernel(a_ptr, b_ptr, M, N, K, lda, ldb, c_ptr,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                      STAGES: gl.constexpr, TRANSPOSE_A: gl.constexpr, TRANSPOSE_B: gl.constexpr,
                      PRODUCER_REGS: gl.constexpr):
     """C [M, N] (dense) = A · B, A stored [M, K] (TRANSPOSE_A: [K, M]) with rows lda elements
     apart, B [K, N] (TRANSPOSE_B: [N, K]) with rows ldb apart. Launch a grid of (programs,) with
-    num_warps=8 (the consumers; the producer warp comes on top, PRODUCER_REGS registers each)."""
+    num_warps=8 (the consumers; the producer warp comes on top, PRODUCER_REGS registers each).
+    The output pointer comes last, as jax-triton passes it."""
     dtype: gl.constexpr = a_ptr.dtype.element_ty
     if TRANSPOSE_A:
         a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_M], dtype)
