@@ -226,15 +226,19 @@ def _gluon_aware(get_or_create_triton_kernel: Any) -> Any:
                 backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
                 num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
                 enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
-        return _gluon_kernel(fn, tuple(arg_dtypes), tuple(tuple(arg) for arg in scalar_args), num_warps,
-                             num_stages, num_ctas, compute_capability, tuple(sorted(metaparams.items())))
+        # Compiled once per specialisation, not per value: scalars only specialise when equal to 1.
+        scalars = tuple(i for i, _, _ in scalar_args)
+        equal_to_1 = tuple(i for i, _, value in scalar_args if value == 1)
+        return _gluon_kernel(fn, tuple(arg_dtypes), scalars, equal_to_1, num_warps, num_stages, num_ctas,
+                             compute_capability, tuple(sorted(metaparams.items())))
 
     get_or_create.compiles_gluon = True
     return get_or_create
 
 
 @functools.cache
-def _gluon_kernel(fn, arg_dtypes, scalar_args, num_warps, num_stages, num_ctas, compute_capability, metaparams):
+def _gluon_kernel(fn, arg_dtypes, scalars, equal_to_1, num_warps, num_stages, num_ctas, compute_capability,
+                  metaparams):
     import jax_triton.triton_lib as triton_lib
     import triton
     from triton.backends.compiler import GPUTarget
@@ -245,9 +249,8 @@ def _gluon_kernel(fn, arg_dtypes, scalar_args, num_warps, num_stages, num_ctas, 
     if compute_capability is None:
         compute_capability = library.get_compute_capability(0)
     signature = {fn.arg_names[i]: dtype for i, dtype in enumerate(arg_dtypes)}
-    scalars = {i for i, _, _ in scalar_args}
     constants = dict(metaparams)
-    constants.update({fn.arg_names[i]: 1 for i, _, value in scalar_args if value == 1})  # as jax-triton
+    constants.update({fn.arg_names[i]: 1 for i in equal_to_1})  # as jax-triton
     signature.update({name: "constexpr" for name in constants})
     # Arrays are 16-byte aligned (jax-triton assumes the same); scalars are not specialised.
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(arg_dtypes)) if i not in scalars}

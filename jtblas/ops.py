@@ -410,6 +410,18 @@ def tma_launch_spec(
     )
 
 
+def _experimental_problem(caller: str, a: Any, b: Any, transpose_a: bool, transpose_b: bool
+                          ) -> tuple[Problem, hardware.Hardware]:
+    """The Problem of a product by one of the experimental kernels below (non-empty 2-D operands
+    whose offsets fit in 32 bits) and the hardware it launches on; ValueError otherwise."""
+    problem, _ = make_problem(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=None,
+                              preferred_element_type=None)
+    if a.ndim != 2 or problem is None:
+        raise ValueError(f"{caller}: needs non-empty 2-D operands, got {a.shape=}, {b.shape=}")
+    if max(*_stored_elements(problem), problem.m * problem.n) >= _INDEX_32_LIMIT:
+        raise ValueError(f"{caller}: {problem.short()} needs 64-bit offsets")
+    return problem, launch_hardware([a, b])
+
 def stream_k_tma(
     a: jax.Array,
     b: jax.Array,
@@ -426,11 +438,7 @@ def stream_k_tma(
     wave of the grid) are computed whole; the K iterations of the rest are shared evenly, the
     pieces summed in a fixed order (the same bits run after run). Raises ValueError where the
     TMA kernel cannot run `config` or the counts are out of range."""
-    problem, _ = make_problem(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=None,
-                              preferred_element_type=None)
-    if a.ndim != 2 or problem is None:
-        raise ValueError(f"stream_k_tma: needs non-empty 2-D operands, got {a.shape=}, {b.shape=}")
-    hw = launch_hardware([a, b])
+    problem, hw = _experimental_problem("stream_k_tma", a, b, transpose_a, transpose_b)
     check_config(config, problem, hw)
     if not config.tma:
         raise ValueError(f"stream_k_tma: {config.short()} is not a TMA config (tma=True)")
@@ -442,8 +450,6 @@ def stream_k_tma(
     if programs < 1 or not 0 <= whole_tiles <= tiles:
         raise ValueError(f"stream_k_tma: programs={programs} must be >= 1 and whole_tiles={whole_tiles} "
                          f"in [0, {tiles}] (the tiles of {problem.short()})")
-    if max(*_stored_elements(problem), problem.m * problem.n) >= _INDEX_32_LIMIT:
-        raise ValueError(f"stream_k_tma: {problem.short()} needs 64-bit offsets")
     c, _, _ = launch.launch(
         matmul_tma_stream_k_kernel,
         grid=(programs,),
@@ -475,11 +481,7 @@ def gluon_ws_matmul(
     warps), block_k, group_m and the ring's depth (num_stages), and must be a TMA config (the
     kernel moves A, B and C with TMA). Raises ValueError for what it cannot run, NotImplementedError
     on the CPU (Triton's interpreter cannot run Gluon)."""
-    problem, _ = make_problem(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=None,
-                              preferred_element_type=None)
-    if a.ndim != 2 or problem is None:
-        raise ValueError(f"gluon_ws_matmul: needs non-empty 2-D operands, got {a.shape=}, {b.shape=}")
-    hw = launch_hardware([a, b])
+    problem, hw = _experimental_problem("gluon_ws_matmul", a, b, transpose_a, transpose_b)
     errors = resources.tma_errors(config, problem, hw)
     if not config.tma:
         errors.append(f"{config.short()} is not a TMA config (tma=True)")
@@ -491,8 +493,6 @@ def gluon_ws_matmul(
     if shared > hw.smem_per_block:
         errors.append(f"shared memory {shared} bytes (num_stages={config.num_stages} x {stage_bytes} + the C "
                       f"tile) is over the {hw.smem_per_block} bytes of a block")
-    if max(*_stored_elements(problem), problem.m * problem.n) >= _INDEX_32_LIMIT:
-        errors.append(f"{problem.short()} needs 64-bit offsets")
     if errors:
         raise ValueError(f"gluon_ws_matmul: {config.short()} cannot run {problem.short()}: " + "; ".join(errors))
     return launch.launch(
