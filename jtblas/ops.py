@@ -450,6 +450,10 @@ def stream_k_tma(
     if programs < 1 or not 0 <= whole_tiles <= tiles:
         raise ValueError(f"stream_k_tma: programs={programs} must be >= 1 and whole_tiles={whole_tiles} "
                          f"in [0, {tiles}] (the tiles of {problem.short()})")
+    shared_iterations = (tiles - whole_tiles) * math.ceil(problem.k / config.block_k)
+    if shared_iterations * programs >= _INDEX_32_LIMIT:  # the kernel splits them in int32
+        raise ValueError(f"stream_k_tma: {shared_iterations} shared K iterations x {programs} programs "
+                         "overflow 32 bits")
     c, _, _ = launch.launch(
         matmul_tma_stream_k_kernel,
         grid=(programs,),

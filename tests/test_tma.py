@@ -189,5 +189,7 @@ def test_stream_k_tma_refuses_what_it_cannot_run():
         ops.stream_k_tma(a, a, TMA_CONFIGS[0], programs=2, whole_tiles=3)
     with pytest.raises(ValueError, match="2-D"):
         ops.stream_k_tma(a[None], a, TMA_CONFIGS[0])
+    with pytest.raises(ValueError, match="overflow 32 bits"):
+        ops.stream_k_tma(a, a, TMA_CONFIGS[0], programs=2**30, whole_tiles=0)
     with pytest.raises(ValueError, match="B row stride 36"):
         ops.stream_k_tma(a[:, :24], jnp.ones((24, 36), jnp.bfloat16), TMA_CONFIGS[0])
