@@ -21,7 +21,6 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch
 from jtblas.config import OPERAND_DTYPE_BYTES, VALID_NUM_WARPS, Config, Problem
-from jtblas.kernels import gluon_ws
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
@@ -485,6 +484,8 @@ def gluon_ws_matmul(
     warps), block_k, group_m and the ring's depth (num_stages), and must be a TMA config (the
     kernel moves A, B and C with TMA). Raises ValueError for what it cannot run, NotImplementedError
     on the CPU (Triton's interpreter cannot run Gluon)."""
+    from jtblas.kernels import gluon_ws  # Triton's experimental Gluon dialect, imported only here
+
     problem, hw = _experimental_problem("gluon_ws_matmul", a, b, transpose_a, transpose_b)
     errors = resources.tma_errors(config, problem, hw)
     if not config.tma:
