@@ -18,6 +18,7 @@ loads, clipped stores). Requirements: 16-byte aligned base pointers and row stri
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from jtblas.kernels.matmul import grouped_tile
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -32,21 +33,6 @@ GLOBAL_SCRATCH_ALIGN = 128
 # Registers per thread of the producer warp (`setmaxnreg`): it only computes tile coordinates and
 # issues copies; the consumers get the rest of the register file.
 PRODUCER_REGISTERS = 40
-
-
-@gluon.jit
-def grouped_tile(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-    """(tile row, tile column) of linear tile `tile`, GROUP_M tile rows walked together (as
-    `jtblas.kernels.matmul.grouped_tile`)."""
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    group = tile // per_group
-    first_m = group * GROUP_M
-    rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % per_group) % rows
-    pid_n = (tile % per_group) // rows
-    return pid_m, pid_n
 
 
 @gluon.jit
@@ -116,6 +102,16 @@ def consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, M, N, K,
 
 
 @gluon.jit
+def operand_ring(ptr, rows, cols, row_stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl.constexpr,
+                 STAGES: gl.constexpr):
+    """A descriptor of a row-major [rows, cols] operand (rows `row_stride` elements apart) read
+    BLOCK_ROWS x BLOCK_COLS at a time, and a ring of STAGES shared-memory buffers for its blocks."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_ROWS, BLOCK_COLS], ptr.dtype.element_ty)
+    desc = tma.make_tensor_descriptor(ptr, [rows, cols], [row_stride, 1], [BLOCK_ROWS, BLOCK_COLS], layout)
+    return desc, gl.allocate_shared_memory(ptr.dtype.element_ty, [STAGES, BLOCK_ROWS, BLOCK_COLS], layout)
+
+
+@gluon.jit
 def ws_matmul_kernel(a_ptr, b_ptr, M, N, K, lda, ldb, c_ptr,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                      STAGES: gl.constexpr, TRANSPOSE_A: gl.constexpr, TRANSPOSE_B: gl.constexpr,
@@ -124,23 +120,15 @@ def ws_matmul_kernel(a_ptr, b_ptr, M, N, K, lda, ldb, c_ptr,
     apart, B [K, N] (TRANSPOSE_B: [N, K]) with rows ldb apart. Launch a grid of (programs,) with
     num_warps=8 (the consumers; the producer warp comes on top, PRODUCER_REGS registers each).
     The output pointer comes last, as jax-triton passes it."""
-    dtype: gl.constexpr = a_ptr.dtype.element_ty
     if TRANSPOSE_A:
-        a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_M], dtype)
-        a_desc = tma.make_tensor_descriptor(a_ptr, [K, M], [lda, 1], [BLOCK_K, BLOCK_M], a_layout)
-        a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_M], a_layout)
+        a_desc, a_bufs = operand_ring(a_ptr, K, M, lda, BLOCK_K, BLOCK_M, STAGES)
     else:
-        a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
-        a_desc = tma.make_tensor_descriptor(a_ptr, [M, K], [lda, 1], [BLOCK_M, BLOCK_K], a_layout)
-        a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
+        a_desc, a_bufs = operand_ring(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, STAGES)
     if TRANSPOSE_B:
-        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], dtype)
-        b_desc = tma.make_tensor_descriptor(b_ptr, [N, K], [ldb, 1], [BLOCK_N, BLOCK_K], b_layout)
-        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], b_layout)
+        b_desc, b_bufs = operand_ring(b_ptr, N, K, ldb, BLOCK_N, BLOCK_K, STAGES)
     else:
-        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
-        b_desc = tma.make_tensor_descriptor(b_ptr, [K, N], [ldb, 1], [BLOCK_K, BLOCK_N], b_layout)
-        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
+        b_desc, b_bufs = operand_ring(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, STAGES)
+    dtype: gl.constexpr = c_ptr.dtype.element_ty
     c_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype)
     c_desc = tma.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N], c_layout)
     c_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], c_layout)
