@@ -392,7 +392,7 @@ def tma_launch_spec(
     programs per batch element, each walking tiles in grouped order."""
     hw = hw or hardware.detect()
     tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
-    resident = hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
+    resident = _resident_programs(config, problem, hw)
     biggest = max(*_stored_elements(problem), problem.m * problem.n) * batch
     return LaunchSpec(
         grid=(min(tiles, resident), batch),
@@ -443,7 +443,7 @@ def stream_k_tma(
         raise ValueError(f"stream_k_tma: {config.short()} is not a TMA config (tma=True)")
     tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
     if programs is None:
-        programs = hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
+        programs = _resident_programs(config, problem, hw)
     if whole_tiles is None:
         whole_tiles = tiles // programs * programs
     if programs < 1 or not 0 <= whole_tiles <= tiles:
@@ -470,23 +470,14 @@ def stream_k_tma(
     return c
 
 
-def gluon_ws_matmul(
-    a: jax.Array,
-    b: jax.Array,
-    config: Config,
-    *,
-    transpose_a: bool = False,
-    transpose_b: bool = False,
-) -> jax.Array:
-    """Experimental, not a model candidate (BENCHMARKS.md, session 7): C = op(a) · op(b) for 2-D
-    bf16/fp16 operands by the warp-specialized Gluon kernel (`jtblas/kernels/gluon_ws.py`) on a
-    CUDA GPU: one program per SM; `config` gives the tile (block_m = 16 x num_warps, the consumer
-    warps), block_k, group_m and the ring's depth (num_stages), and must be a TMA config (the
-    kernel moves A, B and C with TMA). Raises ValueError for what it cannot run, NotImplementedError
-    on the CPU (Triton's interpreter cannot run Gluon)."""
+def gluon_ws_spec(problem: Problem, config: Config, hw: hardware.Hardware) -> LaunchSpec:
+    """Grid (one program per SM), scalars and meta-parameters of the experimental warp-specialized
+    Gluon kernel (`jtblas/kernels/gluon_ws.py`) for `problem`'s 2-D operands; shared by
+    `gluon_ws_matmul` and the benchmark's torch launcher. `config` gives the tile (block_m = 16 x
+    num_warps, the consumer warps), block_k, group_m and the ring's depth (num_stages), and must be
+    a TMA config (the kernel moves A, B and C with TMA). Raises ValueError for what it cannot run."""
     from jtblas.kernels import gluon_ws  # Triton's experimental Gluon dialect, imported only here
 
-    problem, hw = _experimental_problem("gluon_ws_matmul", a, b, transpose_a, transpose_b)
     errors = resources.tma_errors(config, problem, hw)
     if not config.tma:
         errors.append(f"{config.short()} is not a TMA config (tma=True)")
@@ -500,19 +491,47 @@ def gluon_ws_matmul(
                       f"tile) is over the {hw.smem_per_block} bytes of a block")
     if errors:
         raise ValueError(f"gluon_ws_matmul: {config.short()} cannot run {problem.short()}: " + "; ".join(errors))
-    return launch.launch(
-        gluon_ws.ws_matmul_kernel,
+    return LaunchSpec(
         grid=(hw.sm_count,),
-        args=[a, b, problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride],
-        out_shape=jax.ShapeDtypeStruct((problem.m, problem.n), problem.out_dtype),
+        scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         metaparams=dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                         GROUP_M=config.group_m, STAGES=config.num_stages, TRANSPOSE_A=problem.transpose_a,
                         TRANSPOSE_B=problem.transpose_b, PRODUCER_REGS=gluon_ws.PRODUCER_REGISTERS),
+    )
+
+
+def gluon_ws_matmul(
+    a: jax.Array,
+    b: jax.Array,
+    config: Config,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+) -> jax.Array:
+    """Experimental, not a model candidate (BENCHMARKS.md, session 7): C = op(a) · op(b) for 2-D
+    bf16/fp16 operands by the warp-specialized Gluon kernel on a CUDA GPU (`gluon_ws_spec` says
+    what `config` means). Raises ValueError for what it cannot run, NotImplementedError on the CPU
+    (Triton's interpreter cannot run Gluon)."""
+    from jtblas.kernels import gluon_ws
+
+    problem, hw = _experimental_problem("gluon_ws_matmul", a, b, transpose_a, transpose_b)
+    spec = gluon_ws_spec(problem, config, hw)
+    return launch.launch(
+        gluon_ws.ws_matmul_kernel,
+        grid=spec.grid,
+        args=[a, b, *spec.scalars],
+        out_shape=jax.ShapeDtypeStruct((problem.m, problem.n), problem.out_dtype),
+        num_warps=spec.num_warps,
+        num_stages=spec.num_stages,
+        metaparams=spec.metaparams,
         global_scratch=(gluon_ws.GLOBAL_SCRATCH_BYTES, gluon_ws.GLOBAL_SCRATCH_ALIGN),
     )
 
+def _resident_programs(config: Config, problem: Problem, hw: hardware.Hardware) -> int:
+    """Programs of `config` the GPU holds at once (SMs x programs per SM): a persistent grid."""
+    return hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
 
 def _tile_metaparams(problem: Problem, config: Config) -> dict[str, Any]:
     """The meta-parameters both GEMM kernels take: the tile, the group and the dot's precision."""

@@ -207,22 +207,21 @@ def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Cal
     return launch_split
 
 
-def gluon_ws_launch(torch, a, b, c, *, transpose_a: bool, transpose_b: bool, block_n: int = 256,
-                    block_k: int = 64, stages: int = 3, programs: int | None = None) -> None:
+def gluon_ws_launch(torch, a, b, c, config: Config, *, transpose_a: bool, transpose_b: bool) -> None:
     """C = op(a) · op(b) into `c` (torch tensors, bf16/fp16, row-major as stored) by the
-    experimental warp-specialized Gluon kernel (`jtblas/kernels/gluon_ws.py`): 128 x block_n
-    tiles, a ring of `stages` buffers, one program per SM unless `programs` says otherwise."""
-    from jtblas.kernels.gluon_ws import PRODUCER_REGISTERS, ws_matmul_kernel
+    experimental warp-specialized Gluon kernel, launched as `jtblas.ops.gluon_ws_matmul` launches
+    it (`jtblas.ops.gluon_ws_spec`) on the GPU in use."""
+    from jtblas import hardware
+    from jtblas.kernels.gluon_ws import ws_matmul_kernel
+    from jtblas.ops import gluon_ws_spec
 
     use_torch_global_scratch(torch)
+    dtype = str(a.dtype).removeprefix("torch.")
     m, n = c.shape
-    k = a.shape[0] if transpose_a else a.shape[1]
-    if programs is None:
-        programs = torch.cuda.get_device_properties(c.device).multi_processor_count
-    ws_matmul_kernel[(programs,)](a, b, m, n, k, a.stride(0), b.stride(0), c, BLOCK_M=128, BLOCK_N=block_n,
-                                  BLOCK_K=block_k, GROUP_M=8, STAGES=stages, TRANSPOSE_A=transpose_a,
-                                  TRANSPOSE_B=transpose_b, PRODUCER_REGS=PRODUCER_REGISTERS, num_warps=8)
-
+    problem = Problem(m=m, n=n, k=a.shape[0] if transpose_a else a.shape[1], dtype=dtype, out_dtype=dtype,
+                      transpose_a=transpose_a, transpose_b=transpose_b)
+    spec = gluon_ws_spec(problem, config, hardware.detect())
+    ws_matmul_kernel[spec.grid](a, b, *spec.scalars, c, num_warps=spec.num_warps, **spec.metaparams)
 
 def use_torch_global_scratch(torch) -> None:
     """Lets Triton's own launcher allocate the global scratch of kernels that need it (the TMA
