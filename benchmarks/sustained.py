@@ -117,6 +117,50 @@ def contenders(row: tuple, configs: list[jtblas.Config], stream_k: bool, gluon: 
     return runs
 
 
+def time_rounds(runs: list[tuple[str, object]], *, flops_per_run: float, seconds: float, rounds: int,
+                sampler: ClockSampler, warm_seconds: float = 2.0, **tags) -> list[dict]:
+    """Sustained timing: `runs[0]` repeated for `warm_seconds` (to reach the power limit), then
+    each (label, run) back to back for `seconds`, in order, reversed every other round; `run()`
+    does `flops_per_run` FLOP and waits for them. One dict per window: `tags`, contender, round,
+    tflops, and the window's mean clock_mhz and power_w (None without nvidia-smi)."""
+    warm_until = time.perf_counter() + warm_seconds
+    while time.perf_counter() < warm_until:
+        runs[0][1]()
+    results = []
+    for round_index in range(rounds):
+        for label, run in runs if round_index % 2 == 0 else runs[::-1]:
+            start, began, calls = time.time(), time.perf_counter(), 0
+            while time.perf_counter() - began < seconds:
+                run()
+                calls += 1
+            tflops = flops_per_run * calls / (time.perf_counter() - began) / 1e12
+            clock, power = sampler.window(start, time.time())
+            results.append(dict(tags, contender=label, round=round_index, tflops=tflops, clock_mhz=clock,
+                                power_w=power))
+    return results
+
+
+def report(prefix: str, results: list[dict], peak_per_ghz: float) -> None:
+    """Prints each contender's mean TFLOP/s over its windows, with the clock, power, TFLOP/s per GHz
+    and fraction of that clock's peak where the clock was sampled."""
+    for label in dict.fromkeys(r["contender"] for r in results):
+        mine = [r for r in results if r["contender"] == label]
+        tflops = statistics.mean(r["tflops"] for r in mine)
+        line = f"{prefix} {label:40s} {tflops:5.0f} TFLOP/s"
+        clocks = [r["clock_mhz"] for r in mine if r["clock_mhz"]]
+        if clocks:
+            clock = statistics.mean(clocks)
+            power = statistics.mean(r["power_w"] for r in mine if r["power_w"])
+            per_ghz = tflops * 1e12 / (clock / 1e3)
+            line += (f"  {clock:5.0f} MHz {power:4.0f} W  {per_ghz / 1e12:4.0f} TFLOP/s/GHz "
+                     f"({per_ghz / peak_per_ghz:.3f} of peak)")
+        print(line, flush=True)
+
+
+def peak_per_ghz() -> float:
+    """Dense bf16 FLOP/s per GHz of SM clock of the GPU in use (Hopper)."""
+    return hardware.detect().sm_count * HOPPER_FLOP_PER_CLOCK_PER_SM * 1e9
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemms", default="all", help="names (first word) of mlp_gemms.py's six, or 'all' or ''")
@@ -135,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [g for g in gemms(args.tokens, args.hidden, args.ffn) if "all" in wanted or g[0].split()[0] in wanted]
     rows += [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
     configs = [parse_config(c) for c in args.configs.split(";") if c.strip()]
-    peak_per_ghz = hardware.detect().sm_count * HOPPER_FLOP_PER_CLOCK_PER_SM * 1e9  # FLOP/s per GHz
+    peak = peak_per_ghz()
     sampler = ClockSampler()
     results = []
     try:
@@ -153,32 +197,11 @@ def main(argv: list[str] | None = None) -> None:
                     raise SystemExit(f"{name} {label}: relative difference {error:.2e} from XLA's product")
                 loop = looped(product, REPEATS)
                 loop(a, b).block_until_ready()
-                loops.append((label, loop))
-            warm_until = time.perf_counter() + 2.0
-            while time.perf_counter() < warm_until:
-                loops[0][1](a, b).block_until_ready()
-            for round_index in range(args.rounds):
-                for label, loop in loops if round_index % 2 == 0 else loops[::-1]:
-                    start, began, calls = time.time(), time.perf_counter(), 0
-                    while time.perf_counter() - began < args.seconds:
-                        loop(a, b).block_until_ready()
-                        calls += 1
-                    tflops = 2 * m * n * k * REPEATS * calls / (time.perf_counter() - began) / 1e12
-                    clock, power = sampler.window(start, time.time())
-                    results.append(dict(gemm=name, m=m, n=n, k=k, contender=label, round=round_index,
-                                        tflops=tflops, clock_mhz=clock, power_w=power))
-            for label, _ in loops:
-                mine = [r for r in results if r["gemm"] == name and r["contender"] == label]
-                tflops = statistics.mean(r["tflops"] for r in mine)
-                clocks = [r["clock_mhz"] for r in mine if r["clock_mhz"]]
-                line = f"{name:10s} {m}x{n}x{k} {label:40s} {tflops:5.0f} TFLOP/s"
-                if clocks:
-                    clock = statistics.mean(clocks)
-                    power = statistics.mean(r["power_w"] for r in mine)
-                    per_ghz = tflops * 1e12 / (clock / 1e3)
-                    line += (f"  {clock:5.0f} MHz {power:4.0f} W  {per_ghz / 1e12:4.0f} TFLOP/s/GHz "
-                             f"({per_ghz / peak_per_ghz:.3f} of peak)")
-                print(line, flush=True)
+                loops.append((label, lambda loop=loop, a=a, b=b: loop(a, b).block_until_ready()))
+            mine = time_rounds(loops, flops_per_run=2 * m * n * k * REPEATS, seconds=args.seconds,
+                               rounds=args.rounds, sampler=sampler, gemm=name, m=m, n=n, k=k)
+            report(f"{name:10s} {m}x{n}x{k}", mine, peak)
+            results += mine
     finally:
         sampler.close()
     if args.json:
