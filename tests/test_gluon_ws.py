@@ -7,7 +7,6 @@ torch (as `benchmarks/gluon_ws_probe.py`) and through JAX (`jtblas.ops.gluon_ws_
 import dataclasses
 import itertools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import jtblas
 from jtblas import launch, ops
 from jtblas.kernels.gluon_ws import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, PRODUCER_REGISTERS, ws_matmul_kernel
 from tests.reference import lower_for_cuda, random_operands, relative_error, stored_shapes, tolerance
+from tests.test_matmul import check_product
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -84,7 +84,7 @@ def test_matches_float64_on_gpu(dtype, transpose_a, transpose_b, m, n, k):
     b64 = b_t.double().cpu().numpy()
     reference = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype)
-    gluon_ws_launch(torch, a_t, b_t, c, transpose_a=transpose_a, transpose_b=transpose_b)
+    gluon_ws_launch(torch, a_t, b_t, c, CONFIG, transpose_a=transpose_a, transpose_b=transpose_b)
     torch.cuda.synchronize()
     assert relative_error(c.double().cpu().numpy(), reference) < tolerance(dtype, dtype)
 
@@ -147,9 +147,5 @@ def test_bad_configs_name_the_reason():
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("m,n,k", [(200, 328, 136), (1000, 520, 1032)])
 def test_matches_float64_through_jax(dtype, transpose_a, transpose_b, m, n, k, rng):
-    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
-    a, b = jax.device_put((a, b), jax.devices("gpu")[0])
-    out = jax.jit(lambda x, y: ops.gluon_ws_matmul(x, y, CONFIG, transpose_a=transpose_a,
-                                                   transpose_b=transpose_b))(a, b)
-    assert out.dtype == jnp.dtype(dtype) and out.shape == (m, n)
-    assert relative_error(out, reference) < tolerance(dtype, dtype)
+    check_product(lambda x, y: ops.gluon_ws_matmul(x, y, CONFIG, transpose_a=transpose_a, transpose_b=transpose_b),
+                  "cuda", rng, m, n, k, dtype, transpose_a, transpose_b)

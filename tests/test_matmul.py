@@ -37,19 +37,26 @@ def on_backend(backend, *arrays):
     return [jax.device_put(x, device) for x in arrays]
 
 
+def check_product(product, backend, rng, m, n, k, dtype, transpose_a=False, transpose_b=False):
+    """jit(product)(a, b) on `backend` for fresh random operands stored as the layout says: C has
+    the operands' dtype and [m, n] shape and matches float64 within the dtype's tolerance.
+    Returns (C, a, b)."""
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    a, b = on_backend(backend, a, b)
+    out = jax.jit(product)(a, b)
+    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
+    assert relative_error(out, reference) < tolerance(dtype, dtype)
+    return out, a, b
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matches_float64_reference(backend, dtype, transpose_a, transpose_b, m, n, k, rng):
-    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
-    a, b = on_backend(backend, a, b)
     config = SMALL_CONFIGS[(m + n + k) % len(SMALL_CONFIGS)]
-    out = jax.jit(
-        lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
-    )(a, b)
-    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
-    assert relative_error(out, reference) < tolerance(dtype, dtype)
+    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
+                  backend, rng, m, n, k, dtype, transpose_a, transpose_b)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

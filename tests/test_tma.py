@@ -15,8 +15,8 @@ from jtblas import hardware, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import resources
-from tests.reference import DTYPES, random_operands, relative_error, tolerance
-from tests.test_matmul import BACKENDS, on_backend
+from tests.reference import random_operands, relative_error, tolerance
+from tests.test_matmul import BACKENDS, check_product, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -31,14 +31,9 @@ TMA_CONFIGS = [
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_tma_kernel_matches_float64(backend, dtype, transpose_a, transpose_b, m, n, k, rng):
-    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
-    a, b = on_backend(backend, a, b)
     config = TMA_CONFIGS[(m + n + k) % len(TMA_CONFIGS)]
-    out = jax.jit(
-        lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
-    )(a, b)
-    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
-    assert relative_error(out, reference) < tolerance(dtype, dtype)
+    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
+                  backend, rng, m, n, k, dtype, transpose_a, transpose_b)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -158,16 +153,11 @@ STREAM_K_CASES = [(5, 15), (5, 0), (5, 20), (13, 0), (4, 21)]
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("programs,whole_tiles", STREAM_K_CASES)
 def test_stream_k_tma_matches_float64(backend, transpose_a, transpose_b, programs, whole_tiles, rng):
-    a, b, reference = random_operands(rng, 136, 200, 88, "float16", transpose_a=transpose_a, transpose_b=transpose_b)
-    a, b = on_backend(backend, a, b)
-
     def product(x, y):
         return ops.stream_k_tma(x, y, TMA_CONFIGS[0], transpose_a=transpose_a, transpose_b=transpose_b,
                                 programs=programs, whole_tiles=whole_tiles)
 
-    out = jax.jit(product)(a, b)
-    assert out.dtype == jnp.float16 and out.shape == (136, 200)
-    assert relative_error(out, reference) < tolerance("float16", "float16")
+    out, a, b = check_product(product, backend, rng, 136, 200, 88, "float16", transpose_a, transpose_b)
     assert (out == jax.jit(product)(a, b)).all()  # the pieces are added in a fixed order
 
 
