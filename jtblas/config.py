@@ -18,6 +18,9 @@ VALID_NUM_WARPS = (1, 2, 4, 8, 16)
 MIN_BLOCK = 16
 MAX_BLOCK = 512
 INPUT_PRECISIONS = ("tf32", "ieee")
+# Most programs one tile's K loop is shared by (split-K): 256 K slices (a grid under two waves
+# never needs more; the model searches up to jtblas.model.candidates.SPLIT_K_FACTORS).
+MAX_SPLIT_K = 256
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -63,8 +66,8 @@ class Config:
             raise ValueError(f"Config.num_warps must be one of {VALID_NUM_WARPS}, got {self.num_warps!r}")
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"Config.num_stages must be an int in [1, 8], got {self.num_stages!r}")
-        if not _is_power_of_two(self.split_k) or self.split_k > 64:
-            raise ValueError(f"Config.split_k must be a power of two in [1, 64], got {self.split_k!r}")
+        if not _is_power_of_two(self.split_k) or self.split_k > MAX_SPLIT_K:
+            raise ValueError(f"Config.split_k must be a power of two in [1, {MAX_SPLIT_K}], got {self.split_k!r}")
         if not isinstance(self.tma, bool):
             raise ValueError(f"Config.tma must be a bool, got {self.tma!r}")
         if self.tma and self.split_k != 1:

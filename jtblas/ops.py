@@ -32,10 +32,6 @@ from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import repack, resources
 
 _INDEX_32_LIMIT = 2**31
-# The split-K reduction: 1024 fp32 elements per program with 4 warps is 8 per thread, two 16-byte
-# loads of each partial: a streaming kernel, bound by DRAM, with no reason to tune it per shape.
-SUM_SPLITS_BLOCK = 1024
-SUM_SPLITS_WARPS = 4
 # Overrides the model's repacking decision while tracing (`repack_mode`): tests and experiments.
 _REPACK_MODE: contextvars.ContextVar[str] = contextvars.ContextVar("jtblas_repack_mode", default="auto")
 
@@ -579,23 +575,27 @@ def gemv_spec(m: int, n: int, k: int, *, block_k: int, block_n: int, split_k: in
     )
 
 
-def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic: bool = False) -> LaunchSpec:
+def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic: bool = False,
+                    hw: hardware.Hardware | None = None) -> LaunchSpec:
     """Grid, scalars and meta-parameters of `sum_splits_kernel`, the second launch of a split-K
     product: it reads the fp32 workspace [split_k, batch, M, N] that `matmul_kernel` wrote and
-    writes C [batch, M, N] in the output dtype. With `atomic` the workspace is the single fp32
-    sum [batch, M, N] that the atomic launch wrote, and this launch only casts it (SPLIT_K=1)."""
+    writes C [batch, M, N] in the output dtype, in programs of `resources.reduction_block`
+    elements spread over `hw`'s SMs (by default the detected GPU's). With `atomic` the workspace
+    is the single fp32 sum [batch, M, N] that the atomic launch wrote, and this launch only casts
+    it (SPLIT_K=1)."""
     if config.split_k == 1:
         raise ValueError(f"sum_splits_spec: {config.short()} does not split K")
     splits = 1 if atomic else config.split_k
     size = batch * problem.m * problem.n
     unit = divisibility_unit(size, 16 // 4)  # fp32 partials: 4 elements fill a 16-byte load
+    block = resources.reduction_block(size, hw or hardware.detect())
     return LaunchSpec(
-        grid=(math.ceil(size / SUM_SPLITS_BLOCK),),
+        grid=(math.ceil(size / block),),
         scalars=(size // unit,),
-        num_warps=SUM_SPLITS_WARPS,
+        num_warps=resources.reduction_warps(block),
         num_stages=1,
         metaparams=dict(
-            SPLIT_K=splits, BLOCK=SUM_SPLITS_BLOCK, SIZE_UNIT=unit,
+            SPLIT_K=splits, BLOCK=block, SIZE_UNIT=unit,
             INDEX_64=size * splits >= _INDEX_32_LIMIT,
         ),
     )
@@ -647,7 +647,7 @@ def _launch_gemm(
     )
     if split == 1 or (atomic and out_dtype == fp32):
         return product
-    reduction = sum_splits_spec(problem, config, batch=batch, atomic=atomic)
+    reduction = sum_splits_spec(problem, config, batch=batch, atomic=atomic, hw=hw)
     return launch.launch(
         sum_splits_kernel,
         grid=reduction.grid,

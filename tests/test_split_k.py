@@ -14,7 +14,7 @@ import pytest
 
 import jtblas
 from jtblas import hardware, model, ops
-from jtblas.model import candidates, cost
+from jtblas.model import candidates, resources
 from jtblas.ops import launch_spec, sum_splits_spec
 from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, stored_shapes, tolerance
 
@@ -104,11 +104,43 @@ def test_launch_specs():
         sum_splits_spec(problem, split_config(1))
 
 
+def test_reduction_programs_spread_over_the_sms():
+    """The reduction's programs cover the output once and give every SM one where the output is
+    small (a 128x128 output in 1024-element programs was 16 programs on 16 SMs); the model costs
+    the same programs."""
+    hw = hardware.H200
+    for m, n, batch in [(128, 128, 1), (64, 64, 1), (1, 7, 1), (256, 256, 3), (4096, 4096, 1), (129, 131, 2)]:
+        problem = jtblas.Problem(m=m, n=n, k=65536)
+        spec = sum_splits_spec(problem, split_config(16), batch=batch, hw=hw)
+        block, size = spec.metaparams["BLOCK"], batch * m * n
+        assert block == resources.reduction_block(size, hw)
+        assert block & (block - 1) == 0 and 32 <= block <= 1024
+        assert spec.grid == (-(-size // block),)
+        assert spec.grid[0] >= min(hw.sm_count, -(-size // 32))  # every SM busy, or 32-element programs
+        assert spec.grid[0] < 2 * hw.sm_count or block == 1024
+        assert spec.num_warps == max(1, min(4, block // 256))
+    assert sum_splits_spec(jtblas.Problem(m=128, n=128, k=8192), split_config(8), hw=hw).grid == (256,)  # 64 each
+
+
+@pytest.mark.parametrize("m,n,split", [(64, 64, 64), (5, 3, 128), (33, 40, 16)])
+def test_small_outputs_and_deep_splits(m, n, split, rng):
+    """Reduction programs of 32-128 elements (1 warp) and splits past 32, on tails, vs float64."""
+    k = 64 * split + 7  # every split has a K block; the last one is masked
+    a, b, reference = random_operands(rng, m, n, k, "bfloat16")
+    config = jtblas.Config(block_m=16, block_n=16, block_k=32, num_warps=4, num_stages=3, split_k=split)
+    out = product(a, b, config)
+    assert out.dtype == jnp.bfloat16
+    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+
+
 def test_model_splits_deep_k_few_tiles_only():
     deep = jtblas.select(256, 256, 65536, dtype="bf16", hardware="h200")
     assert deep.split_k > 1
     assert jtblas.select(128, 128, 32768, dtype="bf16", hardware="h200").split_k > 1
     assert jtblas.select(4096, 4096, 4096, dtype="bf16", hardware="h200").split_k == 1
+    # One 64x64 tile and 512 K blocks: more than 32 splits fill the SMs (64: 9.7 µs, 32: 11.7 µs on
+    # the H200, BENCHMARKS.md session 8).
+    assert jtblas.select(64, 64, 65536, dtype="bf16", hardware="h200").split_k >= 64
     # Many tiles: the search space is exactly the plain one (the benchmark's cached oracle runs).
     big = jtblas.candidates(4096, 4096, 4096, dtype="bf16", hardware="h200")
     assert all(c.split_k == 1 for c in big) and len([c for c in big if not c.tma]) == 191
@@ -142,7 +174,6 @@ def test_split_estimate_terms_and_words():
     plain = next(e for e in result.ranked if e.config.split_k == 1)
     assert plain.reduction == 0 and plain.partial_bytes == 0
     assert "Not split" in jtblas.explain(16, 4096, 14336, dtype="bf16", hardware="h200").why()
-    assert cost.REDUCTION_BLOCK == ops.SUM_SPLITS_BLOCK
 
 
 SM90_CASES = [

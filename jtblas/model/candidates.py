@@ -60,7 +60,7 @@ MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
 # tensor cores busy (smaller ones are bound by shared memory, cost.step_smem), so below that count
 # some SMs idle or run inefficient tiles whatever the plain tile. Everywhere else (4096³: 1024
 # tiles) the search space is exactly the plain one.
-SPLIT_K_FACTORS = (2, 4, 8, 16, 32)
+SPLIT_K_FACTORS = (2, 4, 8, 16, 32, 64, 128)
 SPLIT_K_REFERENCE_TILE = 128
 # Split only tiles at least SPLIT_K_MIN_EDGE (64) along M and N, or as large as the search allows
 # there (M = 1 on an A100: 16 rows): the point of splitting is to let an efficient tile fill the

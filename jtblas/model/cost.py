@@ -44,10 +44,8 @@ from jtblas.hardware import Hardware
 from jtblas.model import candidates, resources
 
 NANO = 1e-9
-# Split-K partials are fp32; the reduction kernel sums REDUCTION_BLOCK elements per program
-# (jtblas.ops.SUM_SPLITS_BLOCK: kept equal by a test).
+# Split-K partials are fp32.
 PARTIAL_BYTES = 4
-REDUCTION_BLOCK = 1024
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -415,14 +413,15 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
                       constants: Constants = DEFAULT_CONSTANTS) -> float:
     """The split-K reduction kernel: a second launch, one memory latency, then its bytes (the
     split_k fp32 partials read, the output written) at DRAM bandwidth, or at the load ports of the
-    SMs its programs (REDUCTION_BLOCK elements each) occupy if there are few: the busiest SM
-    streams ceil(programs / SMs) whole blocks (padded, like every tile here, so the time never
-    falls as M·N grows)."""
+    SMs its programs (`resources.reduction_block` elements each, as `jtblas.ops.sum_splits_spec`
+    launches them) occupy if there are few: the busiest SM streams ceil(programs / SMs) whole
+    blocks (padded, like every tile here)."""
     elements = problem.m * problem.n
     bytes_per_element = split_k * PARTIAL_BYTES + problem.out_bytes
     moved = elements * bytes_per_element
-    programs = -(-elements // REDUCTION_BLOCK)
-    busiest_sm_bytes = -(-programs // hardware.sm_count) * REDUCTION_BLOCK * bytes_per_element
+    block = resources.reduction_block(elements, hardware)
+    programs = -(-elements // block)
+    busiest_sm_bytes = -(-programs // hardware.sm_count) * block * bytes_per_element
     load_port = constants.load_bytes_per_clock * hardware.clock_hz
     streaming = max(moved / hardware.dram_bytes_per_s, busiest_sm_bytes / load_port)
     return hardware.launch_seconds + constants.memory_latency_seconds + streaming

@@ -111,6 +111,30 @@ def k_from_indices(problem: Problem) -> bool:
     return problem.transpose_b and not problem.transpose_a
 
 
+# --- The split-K reduction kernel (jtblas.kernels.reduce.sum_splits_kernel) ----------------------
+
+# Elements one reduction program sums: at most 1024 (8 per thread of 4 warps, two 16-byte loads
+# of each partial), at least 32 (one per thread of a warp).
+REDUCTION_MAX_BLOCK = 1024
+REDUCTION_MIN_BLOCK = 32
+
+
+def reduction_block(elements: int, hardware: Hardware) -> int:
+    """Elements per program of the split-K reduction over `elements` outputs: the largest power of
+    two that still gives every SM a program (clamped to [REDUCTION_MIN_BLOCK, REDUCTION_MAX_BLOCK]).
+    The reduction streams split_k partials per element from L2: a fixed 1024-element block left
+    a 128x128 output to 16 programs on 16 SMs (16 KB per program per split), which at split 32 made
+    the reduction cost more than the product on the H200 (BENCHMARKS.md, session 8)."""
+    share = max(1, elements // hardware.sm_count)
+    block = 1 << (share.bit_length() - 1)
+    return min(REDUCTION_MAX_BLOCK, max(REDUCTION_MIN_BLOCK, block))
+
+
+def reduction_warps(block: int) -> int:
+    """Warps of a reduction program of `block` elements: one per 256 elements, 1 to 4."""
+    return max(1, min(4, block // 256))
+
+
 # --- Occupancy and instruction layout (used by the cost model) ------------------------------------
 
 # The CUDA runtime reserves 1 KB of shared memory per resident block on cc 8.x and 9.x (CUDA C++
