@@ -177,6 +177,64 @@ class _ScratchAwareKernelLibrary:
         return self._library.TritonKernel(kernel_name, *args, global_scratch_size=size, global_scratch_align=align)
 
 
+# jaxlib's typed-FFI entry for Triton kernel calls: the same kernel call (a zlib-compressed proto
+# in an "opaque" attribute), but registered command-buffer compatible, so XLA records it into its
+# CUDA graphs. jax-triton 0.3.1 lowers to the legacy target "triton_kernel_call" (custom-call API
+# version 2), which XLA leaves out of command buffers: each such call is launched from the host
+# between graph segments, ~5 µs of host time per launch that a 10 µs kernel cannot hide (H200,
+# BENCHMARKS.md session 8).
+_LEGACY_TARGET = "triton_kernel_call"
+_FFI_TARGET = "triton_kernel_call_ffi"
+# Tests and benchmarks may turn the FFI target off (before the first CUDA lowering).
+use_ffi_target = True
+
+
+class _JaxForJaxTriton:
+    """The `jax` module as `jax_triton.triton_lib` sees it, except for `jax.ffi.ffi_lowering` of
+    the legacy target (`_TritonFfiLowering`)."""
+
+    def __init__(self, jax_module: Any):
+        self._jax = jax_module
+        self.ffi = _TritonFfiLowering(jax_module.ffi)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._jax, name)
+
+
+class _TritonFfiLowering:
+    """`jax.ffi` with `ffi_lowering` sending jax-triton's legacy kernel call (`_LEGACY_TARGET`,
+    API version 2, the compressed call in `backend_config`) to `_FFI_TARGET` (API version 4, the
+    same bytes as its "opaque" attribute); anything else passes through."""
+
+    def __init__(self, ffi: Any):
+        self._ffi = ffi
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ffi, name)
+
+    def ffi_lowering(self, target: str, *, api_version: int = 4, backend_config: Any = None, **kwargs: Any) -> Any:
+        if target != _LEGACY_TARGET or api_version != 2 or not isinstance(backend_config, bytes):
+            return self._ffi.ffi_lowering(target, api_version=api_version, backend_config=backend_config, **kwargs)
+        rule = self._ffi.ffi_lowering(_FFI_TARGET, api_version=4, **kwargs)
+        opaque = backend_config
+
+        def lowering(ctx: Any, *operands: Any) -> Any:
+            return rule(ctx, *operands, opaque=opaque)
+
+        return lowering
+
+
+def _ffi_target_registered() -> bool:
+    """Whether jaxlib's CUDA plugin registers `_FFI_TARGET` (jaxlib ≥ 0.5)."""
+    try:
+        from jax._src.lib import gpu_triton
+    except ImportError:
+        return False
+    plugin = getattr(gpu_triton, "_cuda_triton", None)
+    registrations = getattr(plugin, "registrations", None)
+    return registrations is not None and _FFI_TARGET in registrations()
+
+
 @functools.cache
 def _jax_triton() -> Any:
     """jax_triton, imported on first CUDA launch (it cannot be imported with a CPU-only jaxlib).
@@ -184,8 +242,9 @@ def _jax_triton() -> Any:
     jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which turns off Triton's on-disk
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
     "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
-    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), and
-    Gluon kernels are compiled by `_gluon_aware`.
+    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), Gluon
+    kernels are compiled by `_gluon_aware`, and where jaxlib registers the typed-FFI kernel call,
+    jax-triton's lowering targets it (`_JaxForJaxTriton`).
     """
     saved = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
@@ -200,6 +259,8 @@ def _jax_triton() -> Any:
         triton_lib.triton_kernel_call_lib = _ScratchAwareKernelLibrary(triton_lib.triton_kernel_call_lib)
     if not getattr(triton_lib.get_or_create_triton_kernel, "compiles_gluon", False):
         triton_lib.get_or_create_triton_kernel = _gluon_aware(triton_lib.get_or_create_triton_kernel)
+    if use_ffi_target and _ffi_target_registered() and not isinstance(triton_lib.jax, _JaxForJaxTriton):
+        triton_lib.jax = _JaxForJaxTriton(triton_lib.jax)
     return jax_triton
 
 
