@@ -135,9 +135,13 @@ H200 = Hardware(
     # What one more kernel launch costs jtblas.matmul inside jax.jit. Measured on the H200
     # (2026-11-30): 14.4 µs per launch in the afternoon's spot checks (1024^3: 21.3 vs 6.9 µs in a
     # CUDA graph), 5-8 µs in session 3's (1024^3: 13.8 vs 6.8; two-launch split-K +11 and +16 µs),
-    # 4.5 µs for chained launches (jtblas calibrate). Kept at 15 µs, an upper bound: with 4.5 µs
-    # the model splits decode products where the split loses (BENCHMARKS.md, session 3), since
-    # their per-program streaming rate is over-rated (docs/model.md, known limits).
+    # 4.5 µs for chained launches (jtblas calibrate). Those launches went through jax-triton's
+    # legacy custom call, which XLA leaves out of its CUDA graphs; since session 8 they lower to
+    # the typed-FFI call and replay inside the graphs, ~0.1 µs apart (BENCHMARKS.md, session 8).
+    # Kept at 15 µs all the same: with 1 µs the model splits decode products where the split
+    # loses (offline over session 5's exhaustive timings: decode minimum 0.745 → 0.549; 4.5 µs
+    # ranks as 15), since their per-program streaming rate is over-rated (docs/model.md, known
+    # limits): the term stands in for that until it is modelled.
     launch_seconds=15e-6,
     source="built-in: datasheet, sustained rates measured with cuBLAS and copies on an H200 (2026-11)",
     **_HOPPER_SM,

@@ -140,3 +140,48 @@ def test_pipeline_keeps_stages_minus_two_loads_in_flight(block_m, num_warps, num
     waits = _k_loop_async_waits(config, problem, capability)
     hw = hardware.H200 if capability == 90 else hardware.A100
     assert waits - {0} == {2 * cost.loads_in_flight(config, problem, hw)}, waits
+
+
+def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
+    """Where jaxlib registers `triton_kernel_call_ffi`, every kernel call lowers to it (typed FFI,
+    the compressed call in its "opaque" attribute), which XLA records into CUDA graphs; jax-triton
+    0.3.1's own target, the legacy "triton_kernel_call", is left out of them."""
+    from jtblas import launch
+
+    if not launch._ffi_target_registered():
+        pytest.skip("this jaxlib registers no typed-FFI Triton kernel call")
+    config = jtblas.Config(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3, split_k=4)
+    a = jax.ShapeDtypeStruct((256, 4096), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((4096, 64), jnp.bfloat16)
+    text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, config=config), a, b)
+    calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+    assert len(calls) == 2  # the split product and its reduction
+    # Typed FFI (API version 4): the attributes are a dictionary, the compressed call in "opaque".
+    assert all("@triton_kernel_call_ffi(" in call and 'mhlo.backend_config = {opaque = "' in call for call in calls)
+
+
+def test_ffi_lowering_redirects_only_jax_tritons_legacy_call():
+    from jtblas import launch
+
+    made = []
+
+    class FakeFfi:
+        other = "kept"
+
+        def ffi_lowering(self, target, **kwargs):
+            made.append((target, kwargs))
+
+            def rule(ctx, *operands, **attributes):
+                return (ctx, operands, attributes)
+
+            return rule
+
+    ffi = launch._TritonFfiLowering(FakeFfi())
+    assert ffi.other == "kept"
+    rule = ffi.ffi_lowering("triton_kernel_call", api_version=2, backend_config=b"\x78\x9c", operand_output_aliases={})
+    assert made[-1] == ("triton_kernel_call_ffi", dict(api_version=4, operand_output_aliases={}))
+    assert rule("ctx", "a", "b") == ("ctx", ("a", "b"), dict(opaque=b"\x78\x9c"))
+    ffi.ffi_lowering("some_target", api_version=4, backend_config=None)
+    assert made[-1] == ("some_target", dict(api_version=4, backend_config=None))
+    ffi.ffi_lowering("triton_kernel_call", api_version=2, backend_config="not bytes")  # left as it is
+    assert made[-1] == ("triton_kernel_call", dict(api_version=2, backend_config="not bytes"))
