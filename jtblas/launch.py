@@ -102,6 +102,7 @@ def launch(
             num_stages=num_stages,
             compute_capability=compute_capability,
             zeroed_outputs=zeroed_outputs,
+            custom_call_target_name=_call_target(global_scratch),
             **metaparams,
         )
     if platform == "cpu":
@@ -185,13 +186,21 @@ class _ScratchAwareKernelLibrary:
 # BENCHMARKS.md session 8).
 _LEGACY_TARGET = "triton_kernel_call"
 _FFI_TARGET = "triton_kernel_call_ffi"
-# Tests and benchmarks may turn the FFI target off (before the first CUDA lowering).
-use_ffi_target = True
+
+
+def _call_target(global_scratch: tuple[int, int] | None) -> str:
+    """The custom-call target of a CUDA launch: the typed-FFI one where jaxlib registers it,
+    except for kernels with global scratch, which jaxlib allocates per launch (cuMemAllocAsync):
+    they keep the legacy call, outside CUDA graphs, until a GPU run shows them working inside one
+    (the GPU suite ran them through the FFI target, but not inside a graph)."""
+    if global_scratch is None and _ffi_target_registered():
+        return _FFI_TARGET
+    return _LEGACY_TARGET
 
 
 class _JaxForJaxTriton:
-    """The `jax` module as `jax_triton.triton_lib` sees it, except for `jax.ffi.ffi_lowering` of
-    the legacy target (`_TritonFfiLowering`)."""
+    """The `jax` module as `jax_triton.triton_lib` sees it, except for `jax.ffi.ffi_lowering`
+    (`_TritonFfiLowering`)."""
 
     def __init__(self, jax_module: Any):
         self._jax = jax_module
@@ -202,9 +211,10 @@ class _JaxForJaxTriton:
 
 
 class _TritonFfiLowering:
-    """`jax.ffi` with `ffi_lowering` sending jax-triton's legacy kernel call (`_LEGACY_TARGET`,
-    API version 2, the compressed call in `backend_config`) to `_FFI_TARGET` (API version 4, the
-    same bytes as its "opaque" attribute); anything else passes through."""
+    """`jax.ffi` whose `ffi_lowering` gives a jax-triton call to `_FFI_TARGET` that target's calling
+    convention: jax-triton 0.3.1 lowers every call as a legacy custom call (API version 2, the
+    compressed kernel call as `backend_config`); the typed-FFI handler takes API version 4 with
+    the same bytes as its "opaque" attribute. Anything else passes through."""
 
     def __init__(self, ffi: Any):
         self._ffi = ffi
@@ -213,7 +223,7 @@ class _TritonFfiLowering:
         return getattr(self._ffi, name)
 
     def ffi_lowering(self, target: str, *, api_version: int = 4, backend_config: Any = None, **kwargs: Any) -> Any:
-        if target != _LEGACY_TARGET or api_version != 2 or not isinstance(backend_config, bytes):
+        if target != _FFI_TARGET or api_version != 2 or not isinstance(backend_config, bytes):
             return self._ffi.ffi_lowering(target, api_version=api_version, backend_config=backend_config, **kwargs)
         rule = self._ffi.ffi_lowering(_FFI_TARGET, api_version=4, **kwargs)
         opaque = backend_config
@@ -224,8 +234,9 @@ class _TritonFfiLowering:
         return lowering
 
 
+@functools.cache
 def _ffi_target_registered() -> bool:
-    """Whether jaxlib's CUDA plugin registers `_FFI_TARGET` (jaxlib ≥ 0.5)."""
+    """Whether jaxlib's CUDA plugin registers `_FFI_TARGET`."""
     try:
         from jax._src.lib import gpu_triton
     except ImportError:
@@ -243,8 +254,8 @@ def _jax_triton() -> Any:
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
     "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
     allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), Gluon
-    kernels are compiled by `_gluon_aware`, and where jaxlib registers the typed-FFI kernel call,
-    jax-triton's lowering targets it (`_JaxForJaxTriton`).
+    kernels are compiled by `_gluon_aware`, and jax-triton's lowering gives calls to jaxlib's
+    typed-FFI target its calling convention (`_JaxForJaxTriton`; `_call_target` chooses it).
     """
     saved = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
@@ -259,7 +270,7 @@ def _jax_triton() -> Any:
         triton_lib.triton_kernel_call_lib = _ScratchAwareKernelLibrary(triton_lib.triton_kernel_call_lib)
     if not getattr(triton_lib.get_or_create_triton_kernel, "compiles_gluon", False):
         triton_lib.get_or_create_triton_kernel = _gluon_aware(triton_lib.get_or_create_triton_kernel)
-    if use_ffi_target and _ffi_target_registered() and not isinstance(triton_lib.jax, _JaxForJaxTriton):
+    if not isinstance(triton_lib.jax, _JaxForJaxTriton):
         triton_lib.jax = _JaxForJaxTriton(triton_lib.jax)
     return jax_triton
 

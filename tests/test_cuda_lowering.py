@@ -143,9 +143,10 @@ def test_pipeline_keeps_stages_minus_two_loads_in_flight(block_m, num_warps, num
 
 
 def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
-    """Where jaxlib registers `triton_kernel_call_ffi`, every kernel call lowers to it (typed FFI,
-    the compressed call in its "opaque" attribute), which XLA records into CUDA graphs; jax-triton
-    0.3.1's own target, the legacy "triton_kernel_call", is left out of them."""
+    """Where jaxlib registers `triton_kernel_call_ffi`, kernel calls lower to it (typed FFI, the
+    compressed call in its "opaque" attribute), which XLA records into CUDA graphs; jax-triton
+    0.3.1's own target, the legacy "triton_kernel_call", is left out of them. Kernels with global
+    scratch (the TMA kernel) keep the legacy call."""
     from jtblas import launch
 
     if not launch._ffi_target_registered():
@@ -159,8 +160,16 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
     # Typed FFI (API version 4): the attributes are a dictionary, the compressed call in "opaque".
     assert all("@triton_kernel_call_ffi(" in call and 'mhlo.backend_config = {opaque = "' in call for call in calls)
 
+    tma = jtblas.Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, tma=True)
+    b_nk = jax.ShapeDtypeStruct((512, 4096), jnp.bfloat16)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)  # a jaxlib >= 0.11
+        text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_b=True, config=tma), a, b_nk)
+    calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+    assert len(calls) == 1 and "@triton_kernel_call(" in calls[0]
 
-def test_ffi_lowering_redirects_only_jax_tritons_legacy_call():
+
+def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
     from jtblas import launch
 
     made = []
@@ -178,10 +187,13 @@ def test_ffi_lowering_redirects_only_jax_tritons_legacy_call():
 
     ffi = launch._TritonFfiLowering(FakeFfi())
     assert ffi.other == "kept"
-    rule = ffi.ffi_lowering("triton_kernel_call", api_version=2, backend_config=b"\x78\x9c", operand_output_aliases={})
+    rule = ffi.ffi_lowering("triton_kernel_call_ffi", api_version=2, backend_config=b"\x78\x9c",
+                            operand_output_aliases={})
     assert made[-1] == ("triton_kernel_call_ffi", dict(api_version=4, operand_output_aliases={}))
     assert rule("ctx", "a", "b") == ("ctx", ("a", "b"), dict(opaque=b"\x78\x9c"))
-    ffi.ffi_lowering("some_target", api_version=4, backend_config=None)
-    assert made[-1] == ("some_target", dict(api_version=4, backend_config=None))
-    ffi.ffi_lowering("triton_kernel_call", api_version=2, backend_config="not bytes")  # left as it is
-    assert made[-1] == ("triton_kernel_call", dict(api_version=2, backend_config="not bytes"))
+    for target, version in [("triton_kernel_call", 2), ("some_target", 4)]:  # passed through as they are
+        ffi.ffi_lowering(target, api_version=version, backend_config=b"\x00")
+        assert made[-1] == (target, dict(api_version=version, backend_config=b"\x00"))
+    assert launch._call_target((384, 128)) == "triton_kernel_call"
+    assert launch._call_target(None) == ("triton_kernel_call_ffi" if launch._ffi_target_registered()
+                                         else "triton_kernel_call")
