@@ -61,33 +61,28 @@ def two_launches(ops, problem, config, *, reduce_block: int | None = None, reduc
 
 def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
     from jtblas import Config
-    from jtblas.bench import contenders, probes
+    from jtblas.bench import probes
 
     m, n, k = (int(v) for v in text.lower().split("x"))
     shape, nbuf, ops, careful = probes.product(torch, timer, text, l2)
     problem = shape.problem()
-    row = dict(shape=text, flops=2 * m * n * k, operand_sets=nbuf)
-    row["cublas_s"] = careful(contenders.cublas_launcher(ops))
-    plan, planned = probes.plan_launch(ops, shape)
-    row["plan_config"] = plan.config.short()
-    row["plan_s"] = careful(planned)
-    row["plan_err"] = ops.error(planned)
+    row = dict(shape=text, flops=2 * m * n * k, operand_sets=nbuf, **probes.baselines(ops, shape, careful))
     rows = []
     for tile in TILES:
         block_m, block_n, block_k, warps, stages = tile
         for split in splits_for(m, n, k, tile, sms):
             config = Config(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=warps,
                             num_stages=stages, group_m=8, split_k=split)
-            entry = dict(config=config.short(), config_dict=dataclasses.asdict(config))
-            try:
+
+            def measure(config=config) -> dict:
                 spread = two_launches(ops, problem, config)
-                entry.update(spread_s=careful(spread), spread_err=ops.error(spread))
                 fixed = two_launches(ops, problem, config, reduce_block=1024)
-                entry.update(fixed_1024_s=careful(fixed), fixed_1024_err=ops.error(fixed))
-                entry["partials_only_s"] = careful(two_launches(ops, problem, config, reduce=False))
-            except Exception as error:  # noqa: BLE001 - e.g. out of shared memory: record it, go on
-                entry["error"] = str(error)[:200]
-            rows.append(entry)
+                return dict(spread_s=careful(spread), spread_err=ops.error(spread),
+                            fixed_1024_s=careful(fixed), fixed_1024_err=ops.error(fixed),
+                            partials_only_s=careful(two_launches(ops, problem, config, reduce=False)))
+
+            entry = dict(config=config.short(), config_dict=dataclasses.asdict(config))
+            rows.append(probes.measure_entry(entry, measure))
     row["splits"] = rows
     timed = [r for r in rows if "spread_s" in r]
     row["best_spread"] = min(timed, key=lambda r: r["spread_s"]) if timed else None
@@ -98,9 +93,10 @@ def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
 
 
 def summary_line(row: dict) -> str:
+    from jtblas.bench import probes
+
     tflops = lambda seconds: row["flops"] / seconds / 1e12  # noqa: E731
-    line = (f"{row['shape']:>16}  cuBLAS {tflops(row['cublas_s']):5.0f}  plan {tflops(row['plan_s']):5.0f} "
-            f"({row['plan_config']})")
+    line = probes.baseline_line(row)
     spread, fixed = row["best_spread"], row["best_fixed_1024"]
     if spread and fixed:
         line += (f"  spread {tflops(spread['spread_s']):5.0f} ({spread['config']}, err {spread['spread_err']:.1e})"

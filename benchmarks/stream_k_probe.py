@@ -46,25 +46,20 @@ def stream_k_launcher(torch, ops, m: int, n: int, k: int, tile: tuple, programs:
 
 
 def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
-    from jtblas.bench import contenders, probes
+    from jtblas.bench import probes
 
     m, n, k = (int(v) for v in text.lower().split("x"))
     shape, nbuf, ops, careful = probes.product(torch, timer, text, l2)
-    row = dict(shape=text, flops=2 * m * n * k, operand_sets=nbuf)
-    row["cublas_s"] = careful(contenders.cublas_launcher(ops))
-    plan, tiled = probes.plan_launch(ops, shape)
-    row["plan_config"] = plan.config.short()
-    row["plan_s"] = careful(tiled)
+    row = dict(shape=text, flops=2 * m * n * k, operand_sets=nbuf, **probes.baselines(ops, shape, careful))
     rows = []
     for tile in TILES:
         for per_sm in (1, 2):
+            def measure(tile=tile, programs=per_sm * sms) -> dict:
+                launch = stream_k_launcher(torch, ops, m, n, k, tile, programs, shape.problem().input_precision)
+                return dict(seconds=careful(launch), max_rel_err=ops.error(launch))
+
             entry = dict(tile="%dx%dx%d w%d s%d" % tile, programs=per_sm * sms)
-            try:
-                launch = stream_k_launcher(torch, ops, m, n, k, tile, per_sm * sms, shape.problem().input_precision)
-                entry.update(seconds=careful(launch), max_rel_err=ops.error(launch))
-            except Exception as error:  # noqa: BLE001 - e.g. out of shared memory: record it, go on
-                entry["error"] = str(error)[:200]
-            rows.append(entry)
+            rows.append(probes.measure_entry(entry, measure))
     row["stream_k"] = rows
     timed = [r for r in rows if "seconds" in r]
     row["stream_k_best"] = min(timed, key=lambda r: r["seconds"]) if timed else None
@@ -74,9 +69,10 @@ def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
 
 
 def summary_line(row: dict) -> str:
+    from jtblas.bench import probes
+
     tflops = lambda seconds: row["flops"] / seconds / 1e12  # noqa: E731
-    line = (f"{row['shape']:>16}  cuBLAS {tflops(row['cublas_s']):5.0f}  model plan {tflops(row['plan_s']):5.0f} "
-            f"({row['plan_config']})")
+    line = probes.baseline_line(row, "model plan")
     best = row["stream_k_best"]
     if best:
         line += (f"  Stream-K {tflops(best['seconds']):5.0f} ({best['tile']}, {best['programs']} programs, "

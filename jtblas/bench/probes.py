@@ -43,6 +43,32 @@ def plan_launch(ops: contenders.TorchOperands, shape: shapes.Shape) -> tuple[Any
     return plan, launch
 
 
+def baselines(ops: contenders.TorchOperands, shape: shapes.Shape, careful: Callable) -> dict:
+    """What a probe's row starts with: cuBLAS's time, the model's plan (config, time, max
+    relative error against fp32) on the product, timed by `careful`."""
+    row = dict(cublas_s=careful(contenders.cublas_launcher(ops)))
+    plan, launch = plan_launch(ops, shape)
+    row.update(plan_config=plan.config.short(), plan_s=careful(launch), plan_err=ops.error(launch))
+    return row
+
+
+def measure_entry(entry: dict, measure: Callable[[], dict]) -> dict:
+    """`entry` updated with what `measure()` returns, or with its error (e.g. a config out of
+    shared memory): a probe records it and goes on."""
+    try:
+        entry.update(measure())
+    except Exception as error:  # noqa: BLE001 - one config failing must not end the probe
+        entry["error"] = str(error)[:200]
+    return entry
+
+
+def baseline_line(row: dict, plan_label: str = "plan") -> str:
+    """The start of a probe's summary line: the shape, cuBLAS's and the plan's TFLOP/s."""
+    tflops = row["flops"] / 1e12
+    return (f"{row['shape']:>16}  cuBLAS {tflops / row['cublas_s']:5.0f}  {plan_label} {tflops / row['plan_s']:5.0f} "
+            f"({row['plan_config']})")
+
+
 def main(doc: str, default_shapes: str, probe_shape: Callable[..., dict], summary_line: Callable[[dict], str],
          argv: list[str] | None = None) -> None:
     """`--shapes` (comma-separated MxNxK) and `--json FILE`: runs `probe_shape(torch, timer, text,
