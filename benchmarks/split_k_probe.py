@@ -35,9 +35,9 @@ def splits_for(m: int, n: int, k: int, tile: tuple, sms: int) -> list[int]:
     return fits[-SPLITS_PER_TILE:]
 
 
-def two_launches(ops, problem, config, *, reduce_block: int | None = None, reduce: bool = True):
-    """launch(i): matmul_kernel writing fp32 partials, then (with `reduce`) sum_splits_kernel, its
-    programs as `sum_splits_spec` sizes them or of `reduce_block` elements (4 warps)."""
+def two_launches(ops, problem, config, *, reduce_block: int, reduce: bool = True):
+    """launch(i): matmul_kernel writing fp32 partials, then (with `reduce`) sum_splits_kernel in
+    programs of `reduce_block` elements (4 warps) instead of those `sum_splits_spec` sizes."""
     from jtblas.kernels.matmul import matmul_kernel
     from jtblas.kernels.reduce import sum_splits_kernel
     from jtblas.ops import launch_spec, sum_splits_spec
@@ -46,22 +46,20 @@ def two_launches(ops, problem, config, *, reduce_block: int | None = None, reduc
     spec = launch_spec(problem, config)
     workspace = torch.empty((config.split_k, problem.m, problem.n), device="cuda", dtype=torch.float32)
     sums = sum_splits_spec(problem, config)
-    grid, warps, meta = sums.grid, sums.num_warps, sums.metaparams
-    if reduce_block is not None:
-        grid, warps, meta = (-(-problem.m * problem.n // reduce_block),), 4, dict(meta, BLOCK=reduce_block)
+    grid, meta = (-(-problem.m * problem.n // reduce_block),), dict(sums.metaparams, BLOCK=reduce_block)
 
     def launch(i):
         matmul_kernel[spec.grid](ops.a[i], ops.b[i], *spec.scalars, workspace, num_warps=spec.num_warps,
                                  num_stages=spec.num_stages, **spec.metaparams)
         if reduce:
-            sum_splits_kernel[grid](workspace, *sums.scalars, ops.c[i], num_warps=warps, num_stages=1, **meta)
+            sum_splits_kernel[grid](workspace, *sums.scalars, ops.c[i], num_warps=4, num_stages=1, **meta)
 
     return launch
 
 
 def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
     from jtblas import Config
-    from jtblas.bench import probes
+    from jtblas.bench import contenders, probes
 
     m, n, k = (int(v) for v in text.lower().split("x"))
     shape, nbuf, ops, careful = probes.product(torch, timer, text, l2)
@@ -75,11 +73,12 @@ def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
                             num_stages=stages, group_m=8, split_k=split)
 
             def measure(config=config) -> dict:
-                spread = two_launches(ops, problem, config)
+                spread = contenders.kernel_launcher(ops, problem, config)  # as jtblas.matmul runs it
                 fixed = two_launches(ops, problem, config, reduce_block=1024)
+                partials = two_launches(ops, problem, config, reduce_block=1024, reduce=False)
                 return dict(spread_s=careful(spread), spread_err=ops.error(spread),
                             fixed_1024_s=careful(fixed), fixed_1024_err=ops.error(fixed),
-                            partials_only_s=careful(two_launches(ops, problem, config, reduce=False)))
+                            partials_only_s=careful(partials))
 
             entry = dict(config=config.short(), config_dict=dataclasses.asdict(config))
             rows.append(probes.measure_entry(entry, measure))

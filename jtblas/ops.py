@@ -417,6 +417,7 @@ def _experimental_problem(caller: str, a: Any, b: Any, transpose_a: bool, transp
         raise ValueError(f"{caller}: {problem.short()} needs 64-bit offsets")
     return problem, launch_hardware([a, b])
 
+
 def stream_k_tma(
     a: jax.Array,
     b: jax.Array,
