@@ -1,7 +1,7 @@
 """The GPU timeline of jtblas.matmul and XLA's dot inside jax.jit: kernels, their times, the gaps
 
     python benchmarks/jax_timeline.py [--shapes 128x128x32768,1024x1024x32768:NT,...] [--iterations 20]
-        [--ffi-scratch] [--json FILE]
+        [--json FILE]
 
 For each M x N x K[:layout] (bf16) shape, runs the benchmark's jitted slope loop (`jtblas bench`'s
 `loop_function`: every operand set once per iteration, chained through A[0, 0]) once under
@@ -12,9 +12,8 @@ iteration's products against XLA's (max |jtblas − XLA| / max |XLA|).
 
 A span well above the kernels' sum with gaps of microseconds means launches from the host
 between CUDA graph segments (BENCHMARKS.md, session 8: jax-triton's legacy custom call);
-back-to-back kernels mean both run inside XLA's graphs. `--ffi-scratch` lowers kernels with
-global scratch (the TMA kernel) to the typed-FFI call as well, which `jtblas.launch` does not
-do yet: the check that they run correctly inside a graph. Needs torch with CUDA and a GPU JAX.
+back-to-back kernels mean both run inside XLA's graphs (the TMA kernel too, its descriptors'
+scratch an XLA buffer since session 9). Needs torch with CUDA and a GPU JAX.
 """
 
 from __future__ import annotations
@@ -84,17 +83,11 @@ def probe_shape(torch, text: str, iterations: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from jtblas import launch
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES)
     parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--ffi-scratch", action="store_true",
-                        help="kernels with global scratch also take the typed-FFI call (experiment)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    if args.ffi_scratch:
-        launch._call_target = lambda global_scratch: launch._FFI_TARGET
     rows = []
     for text in args.shapes.split(","):
         row = probe_shape(torch, text, args.iterations)

@@ -82,7 +82,8 @@ def launch(
         atomics), or the positions of the outputs that do; the others' contents before the kernel
         runs are undefined (NaN on the CPU).
       global_scratch: (bytes per program, alignment) of global scratch the kernel needs, e.g. for
-        device-side TMA descriptors (`tl.make_tensor_descriptor`); the launcher allocates it.
+        device-side TMA descriptors (`tl.make_tensor_descriptor`): on CUDA an XLA buffer (see
+        `_scratch_output`), or jaxlib's per-launch allocation on the legacy call.
     """
     arrays = [arg for arg in args if isinstance(arg, (jax.Array, np.ndarray))]
     platform, compute_capability = target_platform(arrays)
@@ -91,20 +92,27 @@ def launch(
         zeroed_outputs = (0,) if zeroed_outputs else ()
     zeroed_outputs = tuple(zeroed_outputs)
     if platform == "cuda":
-        if global_scratch is not None:
+        target = _call_target(global_scratch)
+        outs = list(out_shape) if several else [out_shape]
+        scratch_output = global_scratch is not None and target == _FFI_TARGET
+        if scratch_output:
+            outs.append(_scratch_output(kernel, grid, global_scratch))
+        elif global_scratch is not None:
             _register_global_scratch(kernel, global_scratch)
-        return _jax_triton().triton_call(
+        results = _jax_triton().triton_call(
             *args,
             kernel=kernel,
-            out_shape=out_shape,
+            out_shape=outs,
             grid=grid,
             num_warps=num_warps,
             num_stages=num_stages,
             compute_capability=compute_capability,
             zeroed_outputs=zeroed_outputs,
-            custom_call_target_name=_call_target(global_scratch),
+            custom_call_target_name=target,
             **metaparams,
         )
+        results = list(results[:-1] if scratch_output else results)
+        return tuple(results) if several else results[0]
     if platform == "cpu":
         if _is_gluon(kernel):
             raise NotImplementedError(
@@ -177,6 +185,15 @@ class _ScratchAwareKernelLibrary:
         size, align = scratch
         return self._library.TritonKernel(kernel_name, *args, global_scratch_size=size, global_scratch_align=align)
 
+    def TritonKernelCall(self, kernel: Any, grid_0: int, grid_1: int, grid_2: int,  # noqa: N802
+                         parameters: list[Any]) -> Any:
+        """jaxlib's kernel call; for a kernel with its scratch as the last output, that output's
+        pointer must be aligned as the scratch is (jaxlib checks it per launch)."""
+        align = _SCRATCH_OUTPUT_KERNELS.get(id(kernel))
+        if align is not None:
+            parameters = [*parameters[:-1], self._library.create_array_parameter(0, align)]
+        return self._library.TritonKernelCall(kernel, grid_0, grid_1, grid_2, parameters)
+
 
 # jaxlib's typed-FFI entry for Triton kernel calls: the same kernel call (a zlib-compressed proto
 # in an "opaque" attribute), but registered command-buffer compatible, so XLA records it into its
@@ -189,13 +206,36 @@ _FFI_TARGET = "triton_kernel_call_ffi"
 
 
 def _call_target(global_scratch: tuple[int, int] | None) -> str:
-    """The custom-call target of a CUDA launch: the typed-FFI one where jaxlib registers it,
-    except for kernels with global scratch, which jaxlib allocates per launch (cuMemAllocAsync):
-    they keep the legacy call, outside CUDA graphs, until a GPU run shows them working inside one
-    (the GPU suite ran them through the FFI target, but not inside a graph)."""
-    if global_scratch is None and _ffi_target_registered():
+    """The custom-call target of a CUDA launch: the typed-FFI one where jaxlib registers it (a
+    kernel with global scratch then gets it from an XLA buffer, `_scratch_output`), else the
+    legacy one."""
+    if _ffi_target_registered() and (global_scratch is None or _jaxlib_kernel_takes_scratch()):
         return _FFI_TARGET
     return _LEGACY_TARGET
+
+
+# Global scratch from an XLA buffer. jaxlib allocates a kernel's scratch per launch with
+# cuMemAllocAsync, which inside XLA's CUDA graphs (where the typed-FFI call is recorded as a child
+# graph) fails: "Failed to create a child graph node ... CUDA_ERROR_NOT_SUPPORTED" (H200,
+# BENCHMARKS.md session 9). So a kernel with scratch gets one more output, a uint8 buffer of
+# grid x bytes-per-program, and jaxlib is told of no scratch. jaxlib passes a kernel's parameters
+# as its array and scalar arguments in order, then its own scratch pointer (null without scratch)
+# and a null profiling pointer (`KernelCall::Launch`, jaxlib/gpu/triton_kernels.cc), while the
+# compiled kernel's parameters are its arguments, then the global and the profile scratch pointers
+# (Triton 3.6's launcher). The extra buffer, the last argument, thus lands in the global scratch
+# slot, jaxlib's null in the profile scratch slot (unused unless Triton's profiler is on) and the
+# last pointer is one the kernel does not read. The compiled kernel never sees the extra output
+# as an argument: `_jtblas_kernels` compiles it without, and the buffer's parameter checks the
+# scratch alignment.
+_SCRATCH_OUTPUT_ALIGN: dict[str, int] = {}  # kernel name -> scratch alignment (bytes)
+_SCRATCH_OUTPUT_KERNELS: dict[int, int] = {}  # id of jaxlib's compiled kernel -> scratch alignment
+
+
+def _scratch_output(kernel: Any, grid: tuple[int, ...], global_scratch: tuple[int, int]) -> jax.ShapeDtypeStruct:
+    """The XLA buffer that serves as `kernel`'s global scratch on `grid` (see above)."""
+    size, align = global_scratch
+    _SCRATCH_OUTPUT_ALIGN[kernel.fn.__name__] = align
+    return jax.ShapeDtypeStruct((size * int(np.prod(grid)),), jnp.uint8)
 
 
 class _JaxForJaxTriton:
@@ -254,8 +294,9 @@ def _jax_triton() -> Any:
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
     "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
     allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), Gluon
-    kernels are compiled by `_gluon_aware`, and jax-triton's lowering gives calls to jaxlib's
-    typed-FFI target its calling convention (`_JaxForJaxTriton`; `_call_target` chooses it).
+    kernels and those with a scratch output are compiled by `_jtblas_kernels`, and jax-triton's
+    lowering gives calls to jaxlib's typed-FFI target its calling convention (`_JaxForJaxTriton`;
+    `_call_target` chooses it).
     """
     saved = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
@@ -268,8 +309,8 @@ def _jax_triton() -> Any:
 
     if _jaxlib_kernel_takes_scratch() and not isinstance(triton_lib.triton_kernel_call_lib, _ScratchAwareKernelLibrary):
         triton_lib.triton_kernel_call_lib = _ScratchAwareKernelLibrary(triton_lib.triton_kernel_call_lib)
-    if not getattr(triton_lib.get_or_create_triton_kernel, "compiles_gluon", False):
-        triton_lib.get_or_create_triton_kernel = _gluon_aware(triton_lib.get_or_create_triton_kernel)
+    if not getattr(triton_lib.get_or_create_triton_kernel, "jtblas_kernels", False):
+        triton_lib.get_or_create_triton_kernel = _jtblas_kernels(triton_lib.get_or_create_triton_kernel)
     if not isinstance(triton_lib.jax, _JaxForJaxTriton):
         triton_lib.jax = _JaxForJaxTriton(triton_lib.jax)
     return jax_triton
@@ -284,27 +325,43 @@ def _is_gluon(kernel: Any) -> bool:
     return isinstance(kernel, GluonJITFunction)
 
 
-def _gluon_aware(get_or_create_triton_kernel: Any) -> Any:
-    """jax-triton's `get_or_create_triton_kernel`, extended to Gluon kernels: jax-triton 0.3.1
-    builds every kernel through Triton's `@triton.jit` front end, which cannot read Gluon code.
-    A Gluon kernel is compiled by `triton.compile` from its own source type instead, with the
-    signature and pointer alignment jax-triton would give it, and handed to jaxlib with the
-    compiled warp count (a warp-specialized kernel has more warps than `num_warps`)."""
+def _jtblas_kernels(get_or_create_triton_kernel: Any) -> Any:
+    """jax-triton's `get_or_create_triton_kernel`, extended to Gluon kernels and to kernels whose
+    global scratch is their last output (`_scratch_output`).
+
+    jax-triton 0.3.1 builds every kernel through Triton's `@triton.jit` front end, which cannot
+    read Gluon code. A Gluon kernel is compiled by `triton.compile` from its own source type
+    instead, with the signature and pointer alignment jax-triton would give it, and handed to
+    jaxlib with the compiled warp count (a warp-specialized kernel has more warps than
+    `num_warps`). A kernel with a scratch output is compiled without that argument, and the
+    buffer's parameter is given the scratch alignment (`_ScratchAwareKernelLibrary.TritonKernelCall`).
+    """
 
     def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps, num_stages,
                       num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
-        if platform != "cuda" or not _is_gluon(fn):
-            return get_or_create_triton_kernel(
+        align = _SCRATCH_OUTPUT_ALIGN.get(fn.fn.__name__) if platform == "cuda" else None
+        scratch_position = len(fn.arg_names) - len(fn.constexprs)  # the argument after the kernel's own
+        if align is not None and len(arg_dtypes) == scratch_position + 1:
+            arg_dtypes = arg_dtypes[:-1]
+        else:
+            align = None
+        if platform == "cuda" and _is_gluon(fn):
+            # Compiled once per specialisation, not per value: scalars only specialise when equal to 1.
+            scalars = tuple(i for i, _, _ in scalar_args)
+            equal_to_1 = tuple(i for i, _, value in scalar_args if value == 1)
+            kernel, attrs = _gluon_kernel(fn, tuple(arg_dtypes), scalars, equal_to_1, num_warps, num_stages,
+                                          num_ctas, compute_capability, tuple(sorted(metaparams.items())))
+        else:
+            kernel, attrs = get_or_create_triton_kernel(
                 backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
                 num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
                 enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
-        # Compiled once per specialisation, not per value: scalars only specialise when equal to 1.
-        scalars = tuple(i for i, _, _ in scalar_args)
-        equal_to_1 = tuple(i for i, _, value in scalar_args if value == 1)
-        return _gluon_kernel(fn, tuple(arg_dtypes), scalars, equal_to_1, num_warps, num_stages, num_ctas,
-                             compute_capability, tuple(sorted(metaparams.items())))
+        if align is None:
+            return kernel, attrs
+        _SCRATCH_OUTPUT_KERNELS[id(kernel)] = align
+        return kernel, {**attrs, (scratch_position,): []}
 
-    get_or_create.compiles_gluon = True
+    get_or_create.jtblas_kernels = True
     return get_or_create
 
 

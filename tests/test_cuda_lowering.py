@@ -145,8 +145,8 @@ def test_pipeline_keeps_stages_minus_two_loads_in_flight(block_m, num_warps, num
 def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
     """Where jaxlib registers `triton_kernel_call_ffi`, kernel calls lower to it (typed FFI, the
     compressed call in its "opaque" attribute), which XLA records into CUDA graphs; jax-triton
-    0.3.1's own target, the legacy "triton_kernel_call", is left out of them. Kernels with global
-    scratch (the TMA kernel) keep the legacy call."""
+    0.3.1's own target, the legacy "triton_kernel_call", is left out of them. A kernel with
+    global scratch (the TMA kernel) gets it as one more output, grid x 384 bytes."""
     from jtblas import launch
 
     if not launch._ffi_target_registered():
@@ -166,7 +166,9 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
         patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)  # a jaxlib >= 0.11
         text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_b=True, config=tma), a, b_nk)
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
-    assert len(calls) == 1 and "@triton_kernel_call(" in calls[0]
+    programs = min(2 * 4, hardware.H200.sm_count)  # 256 x 512 in 128 x 128 tiles, persistent grid
+    assert len(calls) == 1 and "@triton_kernel_call_ffi(" in calls[0]
+    assert calls[0].endswith(f"-> (tensor<1x256x512xbf16>, tensor<{programs * 384}xui8>)"), calls[0]
 
 
 def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
@@ -194,6 +196,10 @@ def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
     for target, version in [("triton_kernel_call", 2), ("some_target", 4)]:  # passed through as they are
         ffi.ffi_lowering(target, api_version=version, backend_config=b"\x00")
         assert made[-1] == (target, dict(api_version=version, backend_config=b"\x00"))
-    assert launch._call_target((384, 128)) == "triton_kernel_call"
-    assert launch._call_target(None) == ("triton_kernel_call_ffi" if launch._ffi_target_registered()
-                                         else "triton_kernel_call")
+    ffi = "triton_kernel_call_ffi" if launch._ffi_target_registered() else "triton_kernel_call"
+    assert launch._call_target(None) == ffi
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
+        assert launch._call_target((384, 128)) == ffi
+        patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: False)
+        assert launch._call_target((384, 128)) == "triton_kernel_call"

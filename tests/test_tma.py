@@ -100,6 +100,45 @@ def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch)
                         dict(global_scratch_size=384, global_scratch_align=128))
 
 
+def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypatch):
+    """On the typed-FFI call the TMA kernel's scratch is its last output (`launch._scratch_output`):
+    the kernel is compiled without that argument, and the call checks the buffer's alignment."""
+    seen = []
+
+    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **options):
+        seen.append(list(arg_dtypes))
+        return object(), {(0,): [["tt.divisibility", 16]]}
+
+    monkeypatch.setattr(launch, "_SCRATCH_OUTPUT_ALIGN", {})
+    monkeypatch.setattr(launch, "_SCRATCH_OUTPUT_KERNELS", {})
+    wrapped = launch._jtblas_kernels(get_or_create)
+    runtime = len(matmul_tma_kernel.arg_names) - len(matmul_tma_kernel.constexprs)
+    options = dict(num_warps=4, num_stages=3, num_ctas=1, compute_capability=90, enable_fp_fusion=True,
+                   metaparams={}, dump=False)
+    dtypes = ["*bf16"] * (runtime + 1)
+    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
+    assert seen[-1] == dtypes and (runtime,) not in attrs  # not registered: as jax-triton has it
+    spec = launch._scratch_output(matmul_tma_kernel, (132, 2), (384, 128))
+    assert spec.shape == (132 * 2 * 384,) and spec.dtype == jnp.uint8
+    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
+    assert seen[-1] == dtypes[:-1] and attrs[(runtime,)] == [] and attrs[(0,)] == [["tt.divisibility", 16]]
+    assert launch._SCRATCH_OUTPUT_KERNELS == {id(kernel): 128}
+
+    class FakeLibrary:
+        def create_array_parameter(self, bytes_to_zero, divisibility):
+            return ("array", bytes_to_zero, divisibility)
+
+        def TritonKernelCall(self, *args):  # noqa: N802
+            return args
+
+    library = launch._ScratchAwareKernelLibrary(FakeLibrary())
+    params = [("array", 0, 16), ("scalar", 7), ("array", 0, 16)]
+    assert library.TritonKernelCall(kernel, 264, 1, 1, params) == (
+        kernel, 264, 1, 1, [("array", 0, 16), ("scalar", 7), ("array", 0, 128)])
+    other = object()
+    assert library.TritonKernelCall(other, 8, 1, 1, params) == (other, 8, 1, 1, params)
+
+
 def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     """Where the CUDA launcher cannot allocate scratch, the model never picks the TMA kernel and
     a forced TMA config is refused with the reason, before anything is compiled."""
