@@ -4,7 +4,7 @@
     python benchmarks/launcher_gap.py [--gemms fwd1,dw1] [--seconds 1] [--rounds 2] [--json FILE]
 
 For each of `mlp_gemms.py`'s GEMMs named, the TMA kernel (which needs global scratch for its
-descriptors, allocated by jaxlib around every launch) and the pointer kernel (which needs none),
+descriptors: an XLA buffer through JAX since session 9) and the pointer kernel (which needs none),
 both 128x256x64 w8 s3, each launched both ways: by the bench's torch launcher
 (`jtblas.bench.contenders.kernel_launcher`, whose grid, scalars and meta-parameters are
 `jtblas.ops.launch_spec`'s, as `jtblas.matmul` uses them) and by `jtblas.matmul` under `jax.jit`.

@@ -7,9 +7,9 @@ CUDA/cuBLAS start-up and Triton compiles) and is timed on the device (CUDA graph
 | measurement | how | feeds |
 |---|---|---|
 | DRAM bandwidth | `dst.copy_(src)` of 256 MiB, read + written bytes / time | `dram_bytes_per_s` |
-| L2 bandwidth | the larger of two lower bounds: a Triton read kernel, a program per SM     | `l2_bytes_per_s` |
-|              | re-reading a 17 MB working set (no L1); our GEMM kernel's tile loads / time |                  |
-|              | on L2-resident operands (64x64x128 tiles, 2048x2048x4096 bf16)               |                  |
+| L2 bandwidth | the largest of several lower bounds: a Triton read kernel, a program per SM | `l2_bytes_per_s` |
+|              | re-reading a 17 MB working set (no L1); our GEMM kernels' tile loads / time |                  |
+|              | on L2-resident operands (`L2_GEMM_CONFIGS`, 2048x2048x4096 bf16)             |                  |
 | tensor-core rates | `torch.matmul` (cuBLAS, the practical ceiling) of 8192³ bf16/fp16, tf32 | `tensor_flops` |
 | fp32 rate | `torch.matmul` fp32 4096³ with TF32 off | `fp32_flops` |
 | launch overhead | a one-element Triton kernel through jax-triton, chained in a jitted loop  | `launch_seconds` |
