@@ -1,6 +1,7 @@
 """Decode products (M ≤ 16) on the GPU: how close a wider tiled-kernel space gets to a copy.
 
-    python benchmarks/decode_space.py 1x4096x14336,16x3584x18944 out.json    (WORKERS=16 by default)
+    python benchmarks/decode_space.py 1x4096x14336,16x3584x18944 out.json [--space wide|deep]
+                                                                        (WORKERS=16 by default)
 
 The model's search space splits K only for tiles of at least 64x64 and runs 4 or 8 warps. This
 probe times, per shape, the union of `jtblas.candidates()` and a wider decode space — 16-row tiles,
@@ -10,36 +11,46 @@ in a pool of worker processes, a first pass over every config, the best 8 re-tim
 (torch launches in CUDA graphs, operand sets rotating past the L2). Prints one line per shape and
 writes every first-pass time to the JSON file. Not a test: it informs what the search space and
 the model should offer (BENCHMARKS.md, session 4).
+
+`--space deep` (session 9) times instead the model's pick and 16-row tiles with deep K steps and
+many programs: block_n 32-128, block_k 128-512, 2/4 warps, 1-3 stages, split-K 1-32 down to one
+K block per split, grids up to 8 programs per SM (XLA's own decode GEMMs split K 8 ways over
+16x64 tiles, 4 warps, 3 stages).
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
-import sys
 import time
 
 from jtblas import hardware, model
 from jtblas.config import Config, Problem
 from jtblas.model import resources
 
-SPLITS = (1, 2, 4, 8)
-MAX_WAVES = 4  # split grids up to 4 programs per SM
+# Per space: block_n, block_k, warps, stages, splits; programs per SM at most; K blocks per split.
+SPACES = {
+    "wide": dict(tiles=((32, 64, 128, 256), (64, 128, 256), (1, 2, 4), (3, 4, 6), (1, 2, 4, 8)),
+                 max_waves=4, min_k_blocks=2, with_candidates=True),
+    "deep": dict(tiles=((32, 64, 128), (128, 256, 512), (2, 4), (1, 2, 3), (1, 2, 4, 8, 16, 32)),
+                 max_waves=8, min_k_blocks=1, with_candidates=False),
+}
 
 
-def decode_space(problem: Problem, hw: hardware.Hardware) -> list[Config]:
+def decode_space(problem: Problem, hw: hardware.Hardware, space: str = "wide") -> list[Config]:
     """16-row tiles the model's space leaves out (and the ones it has), each fitting the SM."""
+    rules = SPACES[space]
     out = []
-    for block_n, block_k, warps, stages, split in itertools.product(
-            (32, 64, 128, 256), (64, 128, 256), (1, 2, 4), (3, 4, 6), SPLITS):
+    for block_n, block_k, warps, stages, split in itertools.product(*rules["tiles"]):
         config = Config(block_m=16, block_n=block_n, block_k=block_k, num_warps=warps,
                         num_stages=stages, group_m=1, split_k=split)
         if block_n > problem.n or resources.fit_errors(config, problem, hw):
             continue
-        if split > 1 and -(-problem.k // block_k) < 2 * split:  # every split reduces ≥ 2 K blocks
+        if split > 1 and -(-problem.k // block_k) < rules["min_k_blocks"] * split:
             continue
-        if -(-problem.n // block_n) * split > MAX_WAVES * hw.sm_count:
+        if -(-problem.n // block_n) * split > rules["max_waves"] * hw.sm_count:
             continue
         if resources.registers_per_thread(config) > hw.max_regs_per_thread:
             continue
@@ -84,16 +95,22 @@ def main(argv: list[str] | None = None) -> None:
 
     from jtblas.bench import oracle, timing
 
-    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shapes")
+    parser.add_argument("out")
+    parser.add_argument("--space", choices=sorted(SPACES), default="wide")
+    args = parser.parse_args(argv)
     hw = hardware.detect()
     props = torch.cuda.get_device_properties(0)
     timer = timing.GraphTimer()
     problems = [Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
-                for m, n, k in (tuple(int(v) for v in text.split("x")) for text in argv[0].split(","))]
+                for m, n, k in (tuple(int(v) for v in text.split("x")) for text in args.shapes.split(","))]
     compiler = oracle.Compiler(int(os.environ.get("WORKERS", "16")))
     spaces = []
     for problem in problems:
-        configs = list(dict.fromkeys(decode_space(problem, hw) + list(model.candidates_for_problem(problem, hw))))
+        others = (list(model.candidates_for_problem(problem, hw)) if SPACES[args.space]["with_candidates"]
+                  else [model.plan_for_problem(problem, hw).config])
+        configs = list(dict.fromkeys(decode_space(problem, hw, args.space) + others))
         for config in configs:
             compiler.submit(problem, config)
         spaces.append(configs)
@@ -107,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
               f"({row['pick']})  best {weight / row['best_s'] / copy:4.0%} ({row['best']})  "
               f"[{time.time() - start:.0f} s]", flush=True)
         results.append(row)
-        with open(argv[1], "w") as out:
+        with open(args.out, "w") as out:
             json.dump(results, out, indent=1)
     compiler.shutdown()
 

@@ -577,3 +577,8 @@ def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
     assert all(-(-k // c.block_k) >= 2 * c.split_k for c in space)
     assert any(c.split_k > 1 and c.block_m == 16 for c in space)
     assert any(c.num_warps == 2 for c in space)
+    deep = module.decode_space(problem, hw, "deep")  # deep K steps, many programs (session 9)
+    assert deep and all(not resources.fit_errors(c, problem, hw) for c in deep)
+    assert all(-(-k // c.block_k) >= c.split_k and -(-n // c.block_n) * c.split_k <= 8 * hw.sm_count
+               for c in deep)
+    assert any(c.block_k == 512 for c in deep) and any(c.num_stages < 3 for c in deep)
