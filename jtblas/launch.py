@@ -228,7 +228,9 @@ def _call_target(global_scratch: tuple[int, int] | None) -> str:
 # as an argument: `_jtblas_kernels` compiles it without, and the buffer's parameter checks the
 # scratch alignment.
 _SCRATCH_OUTPUT_ALIGN: dict[str, int] = {}  # kernel name -> scratch alignment (bytes)
-_SCRATCH_OUTPUT_KERNELS: dict[int, int] = {}  # id of jaxlib's compiled kernel -> scratch alignment
+# id of jaxlib's compiled kernel -> scratch alignment; the kernels live as long as the process
+# (jax-triton's compiled-kernel cache and `_gluon_kernel`'s never evict), so an id is never reused.
+_SCRATCH_OUTPUT_KERNELS: dict[int, int] = {}
 
 
 def _scratch_output(kernel: Any, grid: tuple[int, ...], global_scratch: tuple[int, int]) -> jax.ShapeDtypeStruct:
