@@ -184,6 +184,28 @@ def test_model_uses_tma_where_the_pointer_kernel_is_slow():
     assert not any(c.tma for c in jtblas.candidates(4096, 4099, 4096, transpose_b=True, hardware="h200"))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tma_products_in_a_jitted_loop_match_float64(backend, rng):
+    """TMA launches inside a jitted loop, which XLA records into a CUDA graph on the GPU: there the
+    descriptors' scratch must be an XLA buffer (`launch._scratch_output`); jaxlib's per-launch
+    allocation cannot be recorded (BENCHMARKS.md, session 9)."""
+    a, b, reference = random_operands(rng, 136, 200, 88, "bfloat16", transpose_b=True)
+    a, b = on_backend(backend, a, b)
+    rounds, scales = 3, (1.0, 2.0, 4.0)  # products of A, 2A, 4A (exact in bf16): several calls per body
+
+    def loop(x, y):
+        def body(_, acc):
+            for scale in scales:
+                acc = acc + jtblas.matmul(x * jnp.asarray(scale, x.dtype), y, transpose_b=True,
+                                          preferred_element_type=jnp.float32, config=TMA_CONFIGS[0])
+            return acc
+
+        return jax.lax.fori_loop(0, rounds, body, jnp.zeros((136, 200), jnp.float32))
+
+    out = jax.jit(loop)(a, b) / (rounds * sum(scales))
+    assert relative_error(out, reference) < tolerance("bfloat16", "float32")
+
+
 # Stream-K hybrid (`matmul_tma_stream_k_kernel`, experimental): 136x200 C in 64x32 tiles is 3x7 =
 # 21 tiles, K 88 is 3 blocks of 32 (a tail); (programs, whole tiles) below cover shares inside one
 # tile, shares across tiles, tiles shared by every program, and programs with no share at all.
