@@ -526,9 +526,11 @@ def gluon_ws_matmul(
         global_scratch=(gluon_ws.GLOBAL_SCRATCH_BYTES, gluon_ws.GLOBAL_SCRATCH_ALIGN),
     )
 
+
 def _resident_programs(config: Config, problem: Problem, hw: hardware.Hardware) -> int:
     """Programs of `config` the GPU holds at once (SMs x programs per SM): a persistent grid."""
     return hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
+
 
 def _tile_metaparams(problem: Problem, config: Config) -> dict[str, Any]:
     """The meta-parameters both GEMM kernels take: the tile, the group and the dot's precision."""

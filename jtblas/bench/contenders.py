@@ -223,6 +223,7 @@ def gluon_ws_launch(torch, a, b, c, config: Config, *, transpose_a: bool, transp
     spec = gluon_ws_spec(problem, config, hardware.detect())
     ws_matmul_kernel[spec.grid](a, b, *spec.scalars, c, num_warps=spec.num_warps, **spec.metaparams)
 
+
 def use_torch_global_scratch(torch) -> None:
     """Lets Triton's own launcher allocate the global scratch of kernels that need it (the TMA
     kernel's device-side descriptors) from torch's caching allocator, on the current stream

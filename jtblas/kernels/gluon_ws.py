@@ -18,7 +18,6 @@ loads, clipped stores). Requirements: 16-byte aligned base pointers and row stri
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from jtblas.kernels.matmul import grouped_tile
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -26,6 +25,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+from jtblas.kernels.matmul import grouped_tile
 
 # Global scratch per program: three device-side descriptors of 128 bytes (as matmul_tma_kernel).
 GLOBAL_SCRATCH_BYTES = 3 * 128
