@@ -106,7 +106,8 @@ def test_launch_specs():
 
 def test_reduction_programs_spread_over_the_sms():
     """The reduction's programs cover the output once and give every SM one where the output is
-    small (a 128x128 output in 1024-element programs was 16 programs on 16 SMs); the model costs
+    small (a 128x128 output in 1024-element programs was 16 programs on 16 SMs), in programs of at
+most 256 elements on 4 warps (measured faster on the H200, session 10); the model costs
     the same programs."""
     hw = hardware.H200
     for m, n, batch in [(128, 128, 1), (64, 64, 1), (1, 7, 1), (256, 256, 3), (4096, 4096, 1), (129, 131, 2)]:
@@ -114,11 +115,11 @@ def test_reduction_programs_spread_over_the_sms():
         spec = sum_splits_spec(problem, split_config(16), batch=batch, hw=hw)
         block, size = spec.metaparams["BLOCK"], batch * m * n
         assert block == resources.reduction_block(size, hw)
-        assert block & (block - 1) == 0 and 32 <= block <= 1024
+        assert block & (block - 1) == 0 and 32 <= block <= 256
         assert spec.grid == (-(-size // block),)
         assert spec.grid[0] >= min(hw.sm_count, -(-size // 32))  # every SM busy, or 32-element programs
-        assert spec.grid[0] < 2 * hw.sm_count or block == 1024
-        assert spec.num_warps == max(1, min(4, block // 256))
+        assert spec.grid[0] < 2 * hw.sm_count or block == 256
+        assert spec.num_warps == max(1, min(4, block // 64))  # two elements per thread
     assert sum_splits_spec(jtblas.Problem(m=128, n=128, k=8192), split_config(8), hw=hw).grid == (256,)  # 64 each
 
 

@@ -113,10 +113,14 @@ def k_from_indices(problem: Problem) -> bool:
 
 # --- The split-K reduction kernel (jtblas.kernels.reduce.sum_splits_kernel) ----------------------
 
-# Elements one reduction program sums: at most 1024 (8 per thread of 4 warps, two 16-byte loads
-# of each partial), at least 32 (one per thread of a warp).
-REDUCTION_MAX_BLOCK = 1024
+# Elements one reduction program sums: at most 256 (two per thread of 4 warps), at least 32 (one
+# per thread of a warp). Measured on the H200 (BENCHMARKS.md, session 10: block 32-4096 x 1-8
+# warps after the product on ten split-K shapes): programs of 256 elements on 4 warps took
+# 2.4-3.3 µs where the former 1024 on 4 warps took 3.3-7.3 (1024x1024 split 4: 7.3 → 3.2); small
+# programs with few elements per thread put more loads of the partials in flight on every SM.
+REDUCTION_MAX_BLOCK = 256
 REDUCTION_MIN_BLOCK = 32
+REDUCTION_ELEMENTS_PER_WARP = 64
 
 
 def reduction_block(elements: int, hardware: Hardware) -> int:
@@ -131,8 +135,9 @@ def reduction_block(elements: int, hardware: Hardware) -> int:
 
 
 def reduction_warps(block: int) -> int:
-    """Warps of a reduction program of `block` elements: one per 256 elements, 1 to 4."""
-    return max(1, min(4, block // 256))
+    """Warps of a reduction program of `block` elements: one per REDUCTION_ELEMENTS_PER_WARP (two
+    elements per thread), 1 to 4."""
+    return max(1, min(4, block // REDUCTION_ELEMENTS_PER_WARP))
 
 
 # --- Occupancy and instruction layout (used by the cost model) ------------------------------------
