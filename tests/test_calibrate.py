@@ -288,3 +288,18 @@ def test_launch_measurement_chains_its_launches():
 
     loop = jax.jit(lambda x: jax.lax.fori_loop(0, 5, lambda _, y: one(y), x, unroll=16))
     assert float(loop(jnp.zeros((1,), jnp.float32))[0]) == 5.0
+
+
+@pytest.mark.parametrize("measured,expected", [
+    ({"jax_launch": {"seconds": 1.1e-6}, "launch": {"seconds": 0.8e-6}}, 1.1e-6),
+    ({"jax_launch": {"seconds": -0.2e-6}, "launch": {"seconds": 0.8e-6}}, 0.8e-6),
+    ({"jax_launch": {"seconds": 0.0}}, None),
+    ({"launch": {"seconds": float("nan")}}, None),
+    ({}, None),
+])
+def test_launch_seconds_falls_back_when_the_jit_slope_measures_nothing(measured, expected):
+    """The profile's launch_seconds is jax-triton's launch under jax.jit when its slope is
+    positive, else the CUDA-graph launch, else absent (never a zero or negative cost)."""
+    from jtblas.calibrate import measured_launch_seconds
+
+    assert measured_launch_seconds(measured) == expected
