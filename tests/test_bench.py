@@ -356,6 +356,9 @@ def test_report_writes_table_summary_and_plots(tmp_path):
     assert s["groups"]["square"]["jtblas_over_xla"] == pytest.approx(math.sqrt(1.02 * 1.02 / 1.05))
     assert s["errors"] == {"nvmmh": 4}
     assert s["repacked"] == 0 and s["geomeans"]["repack_over_oracle"] is None
+    # Like for like through JAX: only the spot-checked shape (XLA 1.02 x base, JAX 1.01 x base).
+    assert s["geomeans"]["jtblas_jax_over_xla"] == pytest.approx(1.02 / 1.01)
+    assert "same jitted loop" in text
 
 
 def test_small_m_rows_compare_with_a_copy_of_the_weight(tmp_path):

@@ -82,6 +82,8 @@ def ratios(record: dict) -> dict:
         tutorial_over_oracle=_ratio(seconds(record, "oracle"), seconds(record, "tutorial")),
         nvmmh_over_oracle=_ratio(seconds(record, "oracle"), seconds(record, "nvmmh")),
         jax_over_torch_launch=_ratio(seconds(record, "jtblas"), seconds(record, "jtblas_jax")),
+        # Like for like: jtblas.matmul and XLA's dot in the same jitted slope loop (spot checks).
+        jtblas_jax_over_xla=_ratio(seconds(record, "xla"), seconds(record, "jtblas_jax")),
     )
 
 
@@ -156,7 +158,8 @@ def summary(results) -> dict:
         ),
         geomeans={k: geomean(x[k] for _, x in rs) for k in (
             "jtblas_over_xla", "jtblas_over_cublas", "oracle_over_xla", "oracle_over_cublas",
-            "tutorial_over_oracle", "nvmmh_over_oracle", "jax_over_torch_launch", "repack_over_oracle")},
+            "tutorial_over_oracle", "nvmmh_over_oracle", "jax_over_torch_launch", "jtblas_jax_over_xla",
+            "repack_over_oracle")},
         repacked=sum(1 for _, x in rs if x["repack_over_oracle"]),
         groups=groups,
         decode=_decode_summary(decode_rows(records)),
@@ -192,6 +195,7 @@ def summary_text(results) -> str:
         (f"pick/oracle: geomean {_f(p['geomean'], 3)}, p10 {_f(p['p10'], 3)}, min {_f(p['min'], 3)} "
          f"over {p['count']} shapes"),
         f"jtblas/XLA geomean {_f(g['jtblas_over_xla'], 3)}; jtblas/cuBLAS geomean {_f(g['jtblas_over_cublas'], 3)}",
+        f"jtblas through JAX/XLA, same loop (spot checks) geomean {_f(g['jtblas_jax_over_xla'], 3)}",
     ]
     return "\n".join(lines)
 
@@ -231,6 +235,8 @@ def markdown(results) -> str:
         f"| tutorial autotune ÷ oracle | {_f(g['tutorial_over_oracle'], 3)} |",
         f"| nvMatmulHeuristics ÷ oracle | {_f(g['nvmmh_over_oracle'], 3)} |",
         f"| jtblas via torch launch ÷ via JAX (spot checks; ≈1 expected) | {_f(g['jax_over_torch_launch'], 3)} |",
+        f"| jtblas through JAX ÷ XLA, both in the same jitted loop (spot checks) | "
+        f"{_f(g['jtblas_jax_over_xla'], 3)} |",
         f"| repacked picks ÷ oracle on the caller's operands ({s['repacked']} shapes, not in pick ÷ oracle) | "
         f"{_f(g['repack_over_oracle'], 3)} |",
         "",
