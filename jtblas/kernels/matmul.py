@@ -27,11 +27,15 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 def tile_bases(
     a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
+    MASK_M: tl.constexpr = False,
 ):
-    """Pointers to the tile's A rows ([BLOCK_M, 1]) and B columns ([1, BLOCK_N]) at K = 0."""
+    """Pointers to the tile's A rows ([BLOCK_M, 1]) and B columns ([1, BLOCK_N]) at K = 0.
+    MASK_M: the rows past M are not wrapped; `reduce_k_blocks` masks them instead."""
     # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
     # the store is masked, so wrapped values are never written.
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if not MASK_M:
+        offs_m = offs_m % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     # What the hints may claim: the wrap happens at multiples of M (N), so runs of M_UNIT (N_UNIT)
     # offsets stay contiguous and start at multiples of it, but no longer runs. (Tutorial 03's
@@ -47,10 +51,14 @@ def reduce_k_blocks(
     a_rows, b_cols, K, first, last, stride_ak, stride_bk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr, INDEX_64: tl.constexpr,
-    K_FROM_INDICES: tl.constexpr,
+    K_FROM_INDICES: tl.constexpr, rows_left=0, MASK_M: tl.constexpr = False,
 ):
     """The fp32 sum over K blocks [first, last) of A·B, from the tile's row and column pointers
-    (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros.
+    (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros. MASK_M: only the tile's
+    first `rows_left` rows of A are loaded, the others are zeros (set where the whole of A is
+    shorter than a tile: wrapped, its few rows were loaded BLOCK_M / M times over, by every
+    program at the same K, and M = 1 products streamed B 5-15% slower than M = 16 ones with the
+    same config on the H200, BENCHMARKS.md session 10).
 
     Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
     BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
@@ -73,11 +81,17 @@ def reduce_k_blocks(
             a_ptrs = a_rows + ks[None, :] * stride_ak
             b_ptrs = b_cols + ks[:, None] * stride_bk
         if EVEN_K:
-            a = tl.load(a_ptrs)
+            if MASK_M:
+                a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_M)[:, None] < rows_left, other=0.0)
+            else:
+                a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
             k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            a_mask = offs_k[None, :] < k_left
+            if MASK_M:
+                a_mask = a_mask & (tl.arange(0, BLOCK_M)[:, None] < rows_left)
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         if not K_FROM_INDICES:
@@ -147,6 +161,7 @@ def matmul_kernel(
     SPLIT_K: tl.constexpr = 1,
     ATOMIC_SPLIT: tl.constexpr = False,
     K_FROM_INDICES: tl.constexpr = False,
+    MASK_M: tl.constexpr = False,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -160,6 +175,7 @@ def matmul_kernel(
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
     K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
+    MASK_M: M < BLOCK_M; A's rows past M are masked, not wrapped (`reduce_k_blocks`).
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does
@@ -188,13 +204,14 @@ def matmul_kernel(
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
     a_rows, b_cols = tile_bases(
-        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT,
+        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, MASK_M,
     )
+    rows_left = M - pid_m * BLOCK_M
     k_blocks = tl.cdiv(K, BLOCK_K)
     if SPLIT_K == 1:
         acc = reduce_k_blocks(
             a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, MASK_M,
         )
     else:
         # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
@@ -211,7 +228,7 @@ def matmul_kernel(
             c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
             a_rows, b_cols, K, first, last, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, MASK_M,
         )
     if ATOMIC_SPLIT:
         add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
