@@ -371,9 +371,7 @@ def launch_spec(
             SPLIT_K=split,
             ATOMIC_SPLIT=atomic,
             K_FROM_INDICES=resources.k_from_indices(problem),
-            # Masked rows stop the wrapped re-reads of a short A; only where A's rows are
-            # K-contiguous, so that the mask (constant along K) keeps the loads 16 bytes wide.
-            MASK_M=m < config.block_m and not problem.transpose_a,
+            MASK_M=resources.masks_short_a(problem, config),
         ),
     )
 

@@ -18,7 +18,8 @@ and stores its tile once. `estimate` predicts its time as
 `tiles_per_sm = ceil(tiles / SMs)` is the wave quantization (the busiest SM does that many tiles;
 with several programs per SM they share its tensor cores, shared memory and load port, so the
 throughput term charges them in full and the latency term lets `programs_per_sm` of them overlap).
-All work is on padded tile sizes (tails cost a whole tile). Every term is non-decreasing in M, N
+All work is on padded tile sizes (tails cost a whole tile), except A's loads where all of A is
+shorter than a tile: the kernel masks its rows past M (`resources.masks_short_a`), which load nothing. Every term is non-decreasing in M, N
 and K for a fixed config at fixed operand alignment and K-tail class (see docs/model.md).
 
 Split-K (config.split_k = s > 1): the grid has tiles·s programs, each reducing ⌈k_blocks / s⌉ K
@@ -347,6 +348,8 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     full = constants.full_vector_bytes
     a_step = bm * bk * element
     b_step = bk * bn * element
+    # What a step loads: A's rows past M are masked (no load) where A is shorter than a tile.
+    a_loaded = resources.loaded_a_rows(problem, config) * bk * element
     step_mma = 2.0 * bm * bn * bk * mma_seconds_per_flop(config, problem, hardware, constants)
     # Shared memory: the MMA operand reads plus the async copies writing the next stage, each
     # operand's bytes divided by the efficiency of its swizzle (rows shorter than 128 bytes).
@@ -356,7 +359,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
     # Load port: narrow (misaligned or masked) loads cost full/width times as much per byte.
     step_load = (
-        a_step * full / vector_bytes(problem, config, "a", constants)
+        a_loaded * full / vector_bytes(problem, config, "a", constants)
         + b_step * full / vector_bytes(problem, config, "b", constants)
     ) / load_port
     step_overhead = constants.k_step_overhead_clocks / clock
@@ -366,7 +369,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
 
     # One tile: first stage in flight, the K loop, then the C tile through shared memory (layout
     # conversion: one write and one read) and out through the load/store port.
-    fill = latency + (a_step + b_step) / load_port
+    fill = latency + (a_loaded + b_step) / load_port
     stored_bytes = PARTIAL_BYTES if split > 1 else problem.out_bytes  # split-K stores fp32 partials
     c_tile = bm * bn * stored_bytes
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile / load_port
@@ -384,7 +387,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants)
     c_bytes = problem.m * problem.n * stored_bytes * split
     dram_bytes = operand_dram + c_bytes
-    operand_l2 = grid * (bm + bn) * k_steps * bk * element
+    operand_l2 = grid * (resources.loaded_a_rows(problem, config) + bn) * k_steps * bk * element
     l2_bytes = operand_l2 + c_bytes
     l2_hit_rate = max(0.0, 1.0 - operand_dram / operand_l2)
     dram = dram_bytes / hardware.dram_bytes_per_s

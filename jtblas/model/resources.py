@@ -111,6 +111,19 @@ def k_from_indices(problem: Problem) -> bool:
     return problem.transpose_b and not problem.transpose_a
 
 
+def masks_short_a(problem: Problem, config: Config) -> bool:
+    """Whether the kernel masks A's rows past M instead of wrapping them (`matmul_kernel`'s MASK_M):
+    where all of A is shorter than a tile (M < block_m) and its rows are K-contiguous (not
+    transpose_a; a mask along M-contiguous rows would narrow the loads). Wrapped, A's few rows were
+    loaded block_m / M times per step by every program at the same K; masked rows cost no load."""
+    return problem.m < config.block_m and not problem.transpose_a
+
+
+def loaded_a_rows(problem: Problem, config: Config) -> int:
+    """Rows of A one K step of a tile loads from memory: block_m, or M where they are masked."""
+    return problem.m if masks_short_a(problem, config) else config.block_m
+
+
 # --- The split-K reduction kernel (jtblas.kernels.reduce.sum_splits_kernel) ----------------------
 
 # Elements one reduction program sums: at most 256 (two per thread of 4 warps), at least 32 (one
