@@ -138,11 +138,12 @@ H200 = Hardware(
     # 4.5 µs for chained launches (jtblas calibrate). Those launches went through jax-triton's
     # legacy custom call, which XLA leaves out of its CUDA graphs; since session 8 they lower to
     # the typed-FFI call and replay inside the graphs, ~0.1 µs apart (BENCHMARKS.md, session 8).
-    # Kept at 15 µs all the same: with 1 µs the model splits decode products where the split
-    # loses (offline over session 5's exhaustive timings: decode minimum 0.745 → 0.549; 4.5 µs
-    # ranks as 15), since their per-program streaming rate is over-rated (docs/model.md, known
-    # limits): the term stands in for that until it is modelled.
-    launch_seconds=15e-6,
+    # `jtblas calibrate` measured 1.11 µs per chained launch inside jax.jit there (session 9).
+    # Until session 10 the built-in stayed 15 µs, a stand-in that kept the model from splitting
+    # decode products (their 64-row splits lost); with 16-row tiles among the split candidates and
+    # A's short rows masked (session 10) the measured cost ranks as well or better (offline over
+    # sessions 2-5 and 9's searches, and on the GPU: BENCHMARKS.md, session 10).
+    launch_seconds=1.1e-6,
     source="built-in: datasheet, sustained rates measured with cuBLAS and copies on an H200 (2026-11)",
     **_HOPPER_SM,
 )

@@ -62,10 +62,13 @@ MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
 # tiles) the search space is exactly the plain one.
 SPLIT_K_FACTORS = (2, 4, 8, 16, 32, 64, 128)
 SPLIT_K_REFERENCE_TILE = 128
-# Split only tiles at least SPLIT_K_MIN_EDGE (64) along M and N, or as large as the search allows
-# there (M = 1 on an A100: 16 rows): the point of splitting is to let an efficient tile fill the
-# SMs; smaller tiles already fill them without a split (they are in the plain search).
-SPLIT_K_MIN_EDGE = 64
+# Split only tiles at least SPLIT_K_MIN_BLOCK_N (64) wide, or as wide as the search allows: the
+# point of splitting is to let an efficient tile fill the SMs, and narrower ones already fill them
+# unsplit. Any height: until session 10 tiles also had to be 64 rows tall, but a decode product's
+# best tile is 16 rows (mma.sync streams its weight better than a padded 64-row wgmma tile) and
+# its long K leaves it few tiles: 16x64x128 k8 streamed 1x4096x14336's weight 1.24x faster than
+# the best plain 16-row tile on the H200 (BENCHMARKS.md, sessions 9 and 10).
+SPLIT_K_MIN_BLOCK_N = 64
 # Each split reduces at least 2 K blocks: with one, the pipeline never overlaps a load with an MMA.
 SPLIT_K_MIN_K_STEPS = 2
 # A split grid of tiles·split programs stays under 2 waves of one program per SM (more only adds
@@ -170,10 +173,10 @@ def _split_fits(split_k: int, tiles: int, k_blocks: int, hardware: Hardware) -> 
             and tiles * split_k < SPLIT_K_MAX_WAVES * hardware.sm_count)
 
 
-def _split_tile(block_m: int, block_n: int, problem: Problem, hardware: Hardware) -> bool:
-    """The tile is large enough to be split (see SPLIT_K_MIN_EDGE)."""
-    max_m, max_n, _, _ = block_limits(problem, hardware)
-    return block_m >= min(SPLIT_K_MIN_EDGE, max_m) and block_n >= min(SPLIT_K_MIN_EDGE, max_n)
+def _split_tile(block_n: int, problem: Problem, hardware: Hardware) -> bool:
+    """The tile is wide enough to be split (see SPLIT_K_MIN_BLOCK_N)."""
+    _, max_n, _, _ = block_limits(problem, hardware)
+    return block_n >= min(SPLIT_K_MIN_BLOCK_N, max_n)
 
 
 def split_k_rejections(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
@@ -186,8 +189,8 @@ def split_k_rejections(config: Config, problem: Problem, hardware: Hardware) -> 
         return [f"{-(-problem.m // edge) * -(-problem.n // edge)} tiles of {edge}x{edge} fill the "
                 f"{hardware.sm_count} SMs: no split-K"]
     reasons = []
-    if not _split_tile(config.block_m, config.block_n, problem, hardware):
-        reasons.append(f"a {config.block_m}x{config.block_n} tile is not split (fills SMs unsplit)")
+    if not _split_tile(config.block_n, problem, hardware):
+        reasons.append(f"a {config.block_m}x{config.block_n} tile is not split (narrow: fills SMs unsplit)")
     tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
     k_blocks = -(-problem.k // config.block_k)
     if k_blocks < SPLIT_K_MIN_K_STEPS * split:
@@ -282,7 +285,7 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
     result = []
     low_s = min_stages(problem, hardware)
     for config in plain:
-        if not _split_tile(config.block_m, config.block_n, problem, hardware):
+        if not _split_tile(config.block_n, problem, hardware):
             continue
         tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
         k_blocks = -(-problem.k // config.block_k)
