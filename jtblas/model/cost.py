@@ -19,8 +19,9 @@ and stores its tile once. `estimate` predicts its time as
 with several programs per SM they share its tensor cores, shared memory and load port, so the
 throughput term charges them in full and the latency term lets `programs_per_sm` of them overlap).
 All work is on padded tile sizes (tails cost a whole tile), except A's loads where all of A is
-shorter than a tile: the kernel masks its rows past M (`resources.masks_short_a`), which load nothing. Every term is non-decreasing in M, N
-and K for a fixed config at fixed operand alignment and K-tail class (see docs/model.md).
+shorter than a tile: the kernel masks its rows past M (`resources.masks_short_a`), which load
+nothing. Every term is non-decreasing in M, N and K for a fixed config at fixed operand alignment
+and K-tail class (see docs/model.md).
 
 Split-K (config.split_k = s > 1): the grid has tiles·s programs, each reducing ⌈k_blocks / s⌉ K
 steps and storing an fp32 partial tile; the operands' DRAM bytes are those of the plain tile (the
