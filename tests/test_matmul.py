@@ -15,7 +15,7 @@ import jtblas
 from jtblas import launch
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.ops import launch_spec
-from tests.reference import DTYPES, random_operands, relative_error, tolerance
+from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 # 1x1x1, primes, sizes that are multiples of no block, K below every block_k, tall-skinny.
@@ -200,6 +200,18 @@ def test_cuda_program_holds_the_triton_call():
     a = jnp.ones((256, 256), jnp.bfloat16)
     text = jax.jit(lambda x, y: jtblas.matmul(x, y)).lower(a, a).as_text()
     assert "triton_kernel_call" in text
+
+
+@pytest.mark.parametrize("m,transpose_a", [(1, False), (16, False), (5, True)])
+def test_decode_picks_compile_for_sm90(m, transpose_a):
+    """The model's decode picks (16-row tiles on 2 warps since session 10, A's short rows masked)
+    compile to PTX for sm_90 through jax-triton's real CUDA lowering, no GPU needed."""
+    config = jtblas.select(m, 4096, 4096, dtype="bf16", transpose_a=transpose_a, hardware="h200")
+    assert config.block_m == 16 and config.num_warps == 2
+    a = jax.ShapeDtypeStruct((4096, m) if transpose_a else (m, 4096), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
+    text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, config=config), a, b)
+    assert text.count("triton_kernel_call") == (2 if config.split_k > 1 else 1)  # a split adds its sum
 
 
 @pytest.mark.gpu

@@ -20,7 +20,7 @@ from jtblas.model import resources
 # the largest tile edge whose fp32 accumulator fits in registers with 8 warps (256x128).
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 BLOCK_K_SIZES = (16, 32, 64, 128, 256)
-NUM_WARPS = (4, 8)
+NUM_WARPS = (2, 4, 8)
 NUM_STAGES = (2, 3, 4, 5, 6)
 # group_m 1 is row-major program order; 8 is tutorial 03's grouped order (L2 reuse of B columns).
 # The L2 term (cost.dram_operand_bytes) never predicts row-major order faster than grouped order
@@ -42,6 +42,12 @@ MIN_ACCUMULATORS_PER_THREAD = 4
 # extra warps only duplicate operand fragments (Triton's opt_flags and Inductor both bound
 # num_warps by tile area; opt_flags uses bm·bn/4096).
 MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS = 1024
+# 2 warps only for tiles one mma.sync row tall (16 rows: decode products, M ≤ 16), where each warp
+# then holds half the columns and the SM more programs. On the H200 they streamed the 20-50 MB
+# decode weights 10% faster (0.654 → 0.720 of a copy, BENCHMARKS.md session 10); a 32-row 2-warp
+# tile the model preferred at 64x4096x4096 ran 0.63x the 4-warp 64-row one, so taller tiles keep
+# 4 or 8 warps.
+MAX_BLOCK_M_FOR_2_WARPS = 16
 # Triton pipelines wgmma asynchronously (one MMA group left in flight across iterations), which
 # holds one stage's buffers; with 2 stages no load could be in flight during the MMA, so wgmma
 # tiles get at least 3 (none of tutorial 03's Hopper configs uses 2). On a wgmma GPU the
@@ -142,6 +148,8 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         reasons.append(f"{config.num_warps} warps for a {config.block_m}x{config.block_n} tile leave a warp idle")
     if config.num_warps == 8 and config.block_m * config.block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
         reasons.append(f"8 warps for a {config.block_m}x{config.block_n} tile (4 warps hold it)")
+    if config.num_warps == 2 and config.block_m > MAX_BLOCK_M_FOR_2_WARPS:
+        reasons.append(f"2 warps for a {config.block_m}-row tile (only {MAX_BLOCK_M_FOR_2_WARPS}-row tiles take 2)")
     k_steps = program_k_steps(config, problem)
     low_s = min_stages(problem, hardware)
     if config.num_stages not in NUM_STAGES or not low_s <= config.num_stages <= max(low_s, k_steps + 1):
@@ -243,6 +251,8 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
                 if accumulators + resources.NON_ACCUMULATOR_REGISTERS > hardware.max_regs_per_thread:
                     continue
                 if num_warps == 8 and block_m * block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
+                    continue
+                if num_warps == 2 and block_m > MAX_BLOCK_M_FOR_2_WARPS:
                     continue
                 for block_k in BLOCK_K_SIZES:
                     if not min_k <= block_k <= max_k:
