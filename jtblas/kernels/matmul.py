@@ -67,6 +67,7 @@ def reduce_k_blocks(
     """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k = tl.arange(0, BLOCK_K)
+    a_row_mask = tl.arange(0, BLOCK_M)[:, None] < rows_left  # used only with MASK_M
     if not K_FROM_INDICES:
         a_ptrs = a_rows + offs_k[None, :] * stride_ak
         b_ptrs = b_cols + offs_k[:, None] * stride_bk
@@ -82,7 +83,7 @@ def reduce_k_blocks(
             b_ptrs = b_cols + ks[:, None] * stride_bk
         if EVEN_K:
             if MASK_M:
-                a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_M)[:, None] < rows_left, other=0.0)
+                a = tl.load(a_ptrs, mask=a_row_mask, other=0.0)
             else:
                 a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
@@ -90,7 +91,7 @@ def reduce_k_blocks(
             k_left = K - k * BLOCK_K
             a_mask = offs_k[None, :] < k_left
             if MASK_M:
-                a_mask = a_mask & (tl.arange(0, BLOCK_M)[:, None] < rows_left)
+                a_mask = a_mask & a_row_mask
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)

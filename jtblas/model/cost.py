@@ -350,7 +350,8 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     a_step = bm * bk * element
     b_step = bk * bn * element
     # What a step loads: A's rows past M are masked (no load) where A is shorter than a tile.
-    a_loaded = resources.loaded_a_rows(problem, config) * bk * element
+    a_rows = resources.loaded_a_rows(problem, config)
+    a_loaded = a_rows * bk * element
     step_mma = 2.0 * bm * bn * bk * mma_seconds_per_flop(config, problem, hardware, constants)
     # Shared memory: the MMA operand reads plus the async copies writing the next stage, each
     # operand's bytes divided by the efficiency of its swizzle (rows shorter than 128 bytes).
@@ -388,7 +389,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants)
     c_bytes = problem.m * problem.n * stored_bytes * split
     dram_bytes = operand_dram + c_bytes
-    operand_l2 = grid * (resources.loaded_a_rows(problem, config) + bn) * k_steps * bk * element
+    operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
     l2_bytes = operand_l2 + c_bytes
     l2_hit_rate = max(0.0, 1.0 - operand_dram / operand_l2)
     dram = dram_bytes / hardware.dram_bytes_per_s
