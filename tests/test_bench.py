@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jtblas.bench import contenders, oracle, report, shapes, timing
@@ -152,7 +153,9 @@ def test_xla_slope_loop_keeps_every_dot_inside_the_loop():
     repeats = 2 * contenders.LOOP_UNROLL  # a while loop whose body is LOOP_UNROLL / 2 iterations of 2 sets
     f = jax.jit(contenders.loop_function(contenders.xla_dot(shape), repeats))
     out = f(as_, bs)
-    assert len(out) == 2 and out[0].shape == (32, 48)
+    # Every C of the unrolled body is a loop output (none may be computed only at C[0, 0]).
+    assert len(out) == contenders.LOOP_UNROLL // 2 and all(len(cs) == 2 for cs in out)
+    assert all(c.shape == (32, 48) for cs in out for c in cs)
     hlo = f.lower(as_, bs).compile().as_text()
     entry = hlo[hlo.index("ENTRY"):]
     assert "while(" in entry and "dot_general" not in entry  # no dot hoisted out of the loop
@@ -163,6 +166,31 @@ def test_xla_slope_loop_keeps_every_dot_inside_the_loop():
     assert contenders.loop_unroll(16, 1000) == 1 and contenders.loop_unroll(1, 3) == 3
     result = contenders.slope_time_jax(contenders.xla_dot(shape), as_, bs, estimate_s=1e-5, target_s=1e-4, trials=2)
     assert result["repeats"] >= 2 and "slope" in result["method"]
+
+
+def test_xla_slope_loop_computes_the_chained_products_with_a_remainder():
+    import jax
+
+    shape = shapes.Shape(name="t", set="t", group="t", m=8, n=16, k=24, layout="NN", dtype="float32")
+    as_, bs = contenders.jax_operands(shape, 3)
+    repeats = 7  # a body of 6 iterations of 3 sets, then one iteration after the loop
+    assert contenders.loop_unroll(3, repeats) == 6
+    out = jax.jit(contenders.loop_function(contenders.xla_dot(shape), repeats))(as_, bs)
+    assert len(out) == 7  # the body's six iterations and the remainder's one, three Cs each
+    expected = [[None] * 3 for _ in range(repeats)]
+    current = [np.asarray(a, np.float64) for a in as_]
+    for step in range(repeats):
+        for i, b in enumerate(bs):
+            c = current[i] @ np.asarray(b, np.float64)
+            expected[step][i] = c
+            current[i] = current[i].copy()
+            current[i][0, 0] = np.tanh(np.float32(c[0, 0]))
+    # The loop holds the last trip's body (iterations 0..5 of the last trip = iterations 0..5
+    # here, one trip) and then the remainder (iteration 6).
+    for step in range(repeats):
+        for i in range(3):
+            got = np.asarray(out[step][i], np.float64)
+            assert np.linalg.norm(got - expected[step][i]) <= 1e-5 * np.linalg.norm(expected[step][i])
 
 
 # ------------------------------------------------------------------------------ oracle

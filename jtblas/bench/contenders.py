@@ -346,27 +346,43 @@ def loop_unroll(sets: int, repeats: int) -> int:
 
 
 def loop_function(dot: Callable, repeats: int) -> Callable:
-    """f(as_, bs) → outputs: `repeats` iterations of a `fori_loop` whose body runs `dot` once on
-    each operand set. XLA can neither hoist nor merge the dots: each iteration writes
-    tanh(C[0, 0]) into A[0, 0] (an in-place one-element update of the loop-carried A), so the
-    next iteration's product depends on this one's; every C is a loop output, so no dot is dead."""
+    """f(as_, bs) → outputs: `repeats` iterations, each running `dot` once on every operand set,
+    in a `fori_loop` whose body holds `loop_unroll` iterations. XLA can neither hoist nor merge
+    the dots: each iteration writes tanh(C[0, 0]) into A[0, 0] (an in-place one-element update of
+    the loop-carried A), so the next iteration's product depends on this one's. Every C of every
+    iteration in the body is a loop output: were only the last one's carried, XLA would compute
+    just C[0, 0] of the others' split-K reductions (it pushes the slice into the reduce fusion),
+    timing cuBLAS's split products without most of their reduction."""
     import jax
     import jax.numpy as jnp
 
     def f(as_, bs):
-        def body(_, carry):
-            as_, _ = carry
-            new_as, new_cs = [], []
+        unroll = loop_unroll(len(as_), repeats)
+        trips, rest = divmod(repeats, unroll)
+
+        def iteration(as_):
+            new_as, cs = [], []
             for a, b in zip(as_, bs):
                 c = dot(a, b)
-                a = a.at[0, 0].set(jnp.tanh(c[0, 0].astype(jnp.float32)).astype(a.dtype))
-                new_as.append(a)
-                new_cs.append(c)
-            return new_as, new_cs
+                new_as.append(a.at[0, 0].set(jnp.tanh(c[0, 0].astype(jnp.float32)).astype(a.dtype)))
+                cs.append(c)
+            return new_as, cs
 
-        cs0 = [jnp.zeros_like(dot(a, b)) for a, b in zip(as_, bs)]
-        _, cs = jax.lax.fori_loop(0, repeats, body, (list(as_), cs0), unroll=loop_unroll(len(as_), repeats))
-        return cs
+        def body(_, carry):
+            as_, _ = carry
+            outputs = []
+            for _ in range(unroll):
+                as_, cs = iteration(as_)
+                outputs.append(cs)
+            return as_, outputs
+
+        shapes = [jax.eval_shape(dot, a, b) for a, b in zip(as_, bs)]
+        outputs = [[jnp.zeros(c.shape, c.dtype) for c in shapes] for _ in range(unroll)]
+        as_, outputs = jax.lax.fori_loop(0, trips, body, (list(as_), outputs))
+        for _ in range(rest):
+            as_, cs = iteration(as_)
+            outputs.append(cs)
+        return outputs
 
     return f
 
