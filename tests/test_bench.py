@@ -587,6 +587,20 @@ def test_quick_and_all_exclude_each_other():
         cli.shape_selection(cli.build_parser().parse_args(["--quick", "--all"]))
 
 
+def test_max_m_keeps_the_decode_rows():
+    from jtblas.bench import cli
+    from jtblas.bench import shapes as shapes_mod
+
+    rows = shapes_mod.load(["llm"])
+    args = cli.build_parser().parse_args(["--shapes", "llm", "--max-m", "16"])
+    decode = cli.rows_up_to_max_m(rows, args)
+    assert decode and all(shape.m <= 16 for shape in decode)
+    assert len(decode) == sum(1 for shape in rows if shape.m <= 16) < len(rows)
+    assert cli.rows_up_to_max_m(rows, cli.build_parser().parse_args([])) == rows
+    with pytest.raises(SystemExit, match="--max-m must be >= 1, got 0"):
+        cli.rows_up_to_max_m(rows, cli.build_parser().parse_args(["--max-m", "0"]))
+
+
 @pytest.mark.parametrize("mnk", [(1, 4096, 14336), (16, 3584, 3584), (8, 768, 3072)])
 def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
     """benchmarks/decode_space.py (issue 6's probe): every config fits the SM, every split

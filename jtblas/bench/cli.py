@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true",
                    help="every row of the sets (143 shapes; the default when --shapes names sets)")
     p.add_argument("--max-shapes", type=int, default=None, help="stop after this many shapes")
+    p.add_argument("--max-m", type=int, default=None, metavar="M",
+                   help="only the rows with M <= this (e.g. --shapes llm --max-m 16: the decode products)")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop starting new shapes (and cut a running oracle sweep short) so the run "
                    f"ends within this many seconds; {RESERVE_S:.0f} s are kept for the report")
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sets, quick = shape_selection(args)
         try:
-            shapes = shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir))
+            shapes = rows_up_to_max_m(shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir)), args)
         except (OSError, ValueError) as error:
             print(f"{PROGRAM}: {error}", file=sys.stderr)
             return 2
@@ -135,6 +137,15 @@ def shape_selection(args) -> tuple[list[str], bool]:
     if args.shapes is None:
         return list(shapes_mod.SET_NAMES), not args.all
     return [s.strip() for s in args.shapes.split(",") if s.strip()], args.quick
+
+
+def rows_up_to_max_m(shapes: list, args) -> list:
+    """The shapes with M <= --max-m (all of them without it)."""
+    if args.max_m is None:
+        return shapes
+    if args.max_m < 1:
+        raise SystemExit(f"{PROGRAM}: --max-m must be >= 1, got {args.max_m}")
+    return [shape for shape in shapes if shape.m <= args.max_m]
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -421,7 +432,7 @@ class Runner:
             print(f"{PROGRAM}: no shape set {unknown} in {args.shapes_dir}", file=sys.stderr)
             return 2
         try:
-            shapes = shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir))
+            shapes = rows_up_to_max_m(shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir)), args)
         except ValueError as error:  # a bad row: the message names the file and the row
             print(f"{PROGRAM}: {error}", file=sys.stderr)
             return 2
