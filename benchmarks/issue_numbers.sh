@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The numbers issues 5 and 6 name, in one visit to the GPU machine, after its GPU tests:
+#   bash benchmarks/issue_numbers.sh [OUT]      (OUT: $OUT, else ./issue-numbers)
+# 1. `pytest -m gpu` (every GPU test);
+# 2. issue 6, deep-K: the deepk set against XLA and cuBLAS, every shape also through JAX in XLA's
+#    own timing loop (the like-for-like ratio, "jtblas through JAX ÷ XLA, same jitted loop");
+# 3. issue 6, decode: the 32 rows of llm.csv with M <= 16 against XLA, cuBLAS and a copy;
+# 4. issue 5: the MLP block's training step, jtblas.nn.Dense vs flax.linen.Dense.
+# Each step has a time limit (about 9 minutes in all on an H200) and writes under OUT; a failing
+# step does not stop the next.
+set -u
+out=${1:-${OUT:-issue-numbers}}
+mkdir -p "$out"
+noise='absl\|^I0000\|^W0000\|^E0000\|warn'
+step() {  # step NAME SECONDS COMMAND...: run COMMAND with a limit, log to OUT/NAME.log, print its tail
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($(date -u +%H:%M:%S) UTC)"
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    echo "   exit $?"
+    grep -v -i "$noise" "$out/$name.log" | tail -n 3
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+step gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+step deepk 150 python3 -m jtblas bench --shapes deepk --all --no-oracle --contenders jtblas,xla,cublas \
+    --jax-checks 8 --out "$out/deepk"
+step decode 150 python3 -m jtblas bench --shapes llm --max-m 16 --all --no-oracle \
+    --contenders jtblas,xla,cublas --out "$out/decode"
+step mlp_block 90 python3 benchmarks/mlp_block.py --json "$out/mlp_block.json"
+for group in deepk decode; do
+    [ -f "$out/$group/summary.json" ] && python3 -c "import json, sys; print('$group', json.load(open(sys.argv[1])))" "$out/$group/summary.json" | cut -c1-600
+done
