@@ -4,14 +4,17 @@ Each GEMM on its stored operands, as `jtblas.nn.Dense` runs it (forward NN, dx N
 by the slope method of `matmul_vs_xla.seconds_per_call`, contenders interleaved over rounds (the
 H200's clock under sustained tensor load drifts by several % over a minute, more than the
 differences measured). `--no-tma` adds jtblas without its TMA kernel (as with a jaxlib older than
-0.11: the dx GEMMs then copy B transposed).
+0.11: the dx GEMMs then copy B transposed); `--tma-twin` adds the model's pick run on the TMA
+kernel (the same tile; the model gives ties in NN and TN to the pointer kernel).
 
-    python benchmarks/mlp_gemms.py [--tokens 8192 --hidden 4096 --ffn 14336] [--rounds 3] [--no-tma] [--json FILE]
+    python benchmarks/mlp_gemms.py [--tokens 8192 --hidden 4096 --ffn 14336] [--rounds 3] [--no-tma]
+                                   [--tma-twin] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import statistics
@@ -45,8 +48,8 @@ def xla_product(transpose_a: bool, transpose_b: bool):
     return lambda a, b: jax.lax.dot_general(a, b, dims)
 
 
-def jtblas_product(transpose_a: bool, transpose_b: bool):
-    return lambda a, b: jtblas.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+def jtblas_product(transpose_a: bool, transpose_b: bool, config=None):
+    return lambda a, b: jtblas.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, config=config)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,24 +59,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ffn", type=int, default=14336)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-tma", action="store_true", help="also time jtblas without its TMA kernel")
+    parser.add_argument("--tma-twin", action="store_true", help="also time the pick's tile on the TMA kernel")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     scratch = launch._jaxlib_kernel_takes_scratch
-    contenders = ["xla", "jtblas"] + (["jtblas-no-tma"] if args.no_tma else [])
+    contenders = ["xla", "jtblas"] + ["jtblas-no-tma"] * args.no_tma + ["jtblas-tma"] * args.tma_twin
     rows = []
     for name, a_shape, b_shape, ta, tb, (m, n, k) in gemms(args.tokens, args.hidden, args.ffn):
         a = jax.random.normal(jax.random.PRNGKey(0), a_shape, jnp.bfloat16)
         b = jax.random.normal(jax.random.PRNGKey(1), b_shape, jnp.bfloat16)
+        pick = jtblas.select(m, n, k, transpose_a=ta, transpose_b=tb)
+        twin = dataclasses.replace(pick, tma=True)
         times = {c: [] for c in contenders}
         for _ in range(args.rounds):
             for contender in contenders:
                 # The pointer-kernel-only variant: the launcher reports no global scratch (a fresh
                 # trace per call, so the model plans again without the TMA twins).
                 launch._jaxlib_kernel_takes_scratch = (lambda: False) if contender == "jtblas-no-tma" else scratch
-                product = xla_product(ta, tb) if contender == "xla" else jtblas_product(ta, tb)
-                times[contender].append(seconds_per_call(product, a, b))
+                if contender == "xla":
+                    product = xla_product(ta, tb)
+                else:
+                    product = jtblas_product(ta, tb, twin if contender == "jtblas-tma" else None)
+                try:
+                    times[contender].append(seconds_per_call(product, a, b))
+                except ValueError as error:  # a pick with no TMA twin (a tile the TMA kernel cannot run)
+                    raise SystemExit(f"{name}: --tma-twin: {error}") from None
         launch._jaxlib_kernel_takes_scratch = scratch
-        row = dict(name=name, m=m, n=n, k=k, pick=jtblas.select(m, n, k, transpose_a=ta, transpose_b=tb).short(),
+        row = dict(name=name, m=m, n=n, k=k, pick=pick.short(),
                    seconds={c: statistics.median(v) for c, v in times.items()}, rounds=times)
         rows.append(row)
         tflops = "  ".join(f"{c} {2 * m * n * k / s / 1e12:.0f}" for c, s in row["seconds"].items())
