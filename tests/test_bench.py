@@ -386,7 +386,9 @@ def test_report_writes_table_summary_and_plots(tmp_path):
     assert s["repacked"] == 0 and s["geomeans"]["repack_over_oracle"] is None
     # Like for like through JAX: only the spot-checked shape (XLA 1.02 x base, JAX 1.01 x base).
     assert s["geomeans"]["jtblas_jax_over_xla"] == pytest.approx(1.02 / 1.01)
-    assert "same jitted loop" in text
+    assert s["groups"]["square"]["jtblas_jax_over_xla"] == pytest.approx(1.02 / 1.01)
+    assert s["groups"]["llm"]["jtblas_jax_over_xla"] is None
+    assert "same jitted loop" in text and "| square | 2 | " in text and "| 1.010 |" in text
 
 
 def test_small_m_rows_compare_with_a_copy_of_the_weight(tmp_path):
