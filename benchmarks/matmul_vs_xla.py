@@ -3,7 +3,9 @@
 Method (shared/GPU.md): the slope between two loop lengths, (t(2R) - t(R)) / R, of one jitted
 function that runs the product R times in a `lax.fori_loop`; the fixed cost of the call cancels.
 Each iteration writes one element of A from the loop carry, so XLA cannot hoist the product out of
-the loop. The same function body is used for both contenders.
+the loop, and carries the whole C, so XLA computes all of it (were only C[0, 0] used, XLA would
+reduce one element of a split-K product: BENCHMARKS.md, session 11). The same function body is
+used for both contenders.
 
     python benchmarks/matmul_vs_xla.py [--shapes 4096x4096x4096,8192x1024x8192] [--dtype bfloat16]
 """
@@ -23,17 +25,21 @@ import jtblas
 
 
 def looped(product, repeats: int):
-    """A jitted function running `product(a, b)` `repeats` times on a carry-dependent A."""
+    """A jitted function running `product(a, b)` `repeats` times on a carry-dependent A; returns
+    (the checksum of the C[0, 0]s, the last C)."""
 
     def run(a, b):
         def body(_, carry):
-            a, checksum = carry
+            a, checksum, _ = carry
             c = product(a, b)
             checksum = checksum + c[0, 0].astype(jnp.float32)
             a = a.at[0, 0].set((checksum * 0).astype(a.dtype) + a[0, 0])
-            return a, checksum
+            return a, checksum, c
 
-        return jax.lax.fori_loop(0, repeats, body, (a, jnp.float32(0)))[1]
+        out = jax.eval_shape(product, a, b)
+        c0 = jnp.zeros(out.shape, out.dtype)
+        _, checksum, c = jax.lax.fori_loop(0, repeats, body, (a, jnp.float32(0), c0))
+        return checksum, c
 
     return jax.jit(run)
 
@@ -41,14 +47,14 @@ def looped(product, repeats: int):
 def seconds_per_call(product, a, b, *, repeats: int = 20, trials: int = 5) -> float:
     """Median over trials of (t(2R) - t(R)) / R, in seconds."""
     short, long = looped(product, repeats), looped(product, 2 * repeats)
-    short(a, b).block_until_ready()
-    long(a, b).block_until_ready()
+    jax.block_until_ready(short(a, b))
+    jax.block_until_ready(long(a, b))
     slopes = []
     for _ in range(trials):
         start = time.perf_counter()
-        short(a, b).block_until_ready()
+        jax.block_until_ready(short(a, b))
         middle = time.perf_counter()
-        long(a, b).block_until_ready()
+        jax.block_until_ready(long(a, b))
         end = time.perf_counter()
         slopes.append(((end - middle) - (middle - start)) / repeats)
     return float(np.median(slopes))

@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> None:
                 if not error < 1e-2:
                     raise SystemExit(f"{name} {label}: relative difference {error:.2e} from XLA's product")
                 loop = looped(product, REPEATS)
-                loop(a, b).block_until_ready()
-                loops.append((label, lambda loop=loop, a=a, b=b: loop(a, b).block_until_ready()))
+                jax.block_until_ready(loop(a, b))
+                loops.append((label, lambda loop=loop, a=a, b=b: jax.block_until_ready(loop(a, b))))
             mine = time_rounds(loops, flops_per_run=2 * m * n * k * REPEATS, seconds=args.seconds,
                                rounds=args.rounds, sampler=sampler, gemm=name, m=m, n=n, k=k)
             report(f"{name:10s} {m}x{n}x{k}", mine, peak)

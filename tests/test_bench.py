@@ -193,6 +193,26 @@ def test_xla_slope_loop_computes_the_chained_products_with_a_remainder():
             assert np.linalg.norm(got - expected[step][i]) <= 1e-5 * np.linalg.norm(expected[step][i])
 
 
+def test_matmul_vs_xla_loop_carries_the_whole_product():
+    """benchmarks/matmul_vs_xla.looped (the slope loop of mlp_block.py, mlp_gemms.py and
+    sustained.py): the last C is a loop output, so XLA computes every element of every C."""
+    import importlib.util
+
+    import jax
+    import jax.numpy as jnp
+
+    spec = importlib.util.spec_from_file_location("matmul_vs_xla", REPO / "benchmarks" / "matmul_vs_xla.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a = jax.random.normal(jax.random.key(1), (8, 24), jnp.float32)
+    b = jax.random.normal(jax.random.key(2), (24, 16), jnp.float32)
+    checksum, c = module.looped(jnp.dot, 3)(a, b)
+    expected = np.asarray(a, np.float64) @ np.asarray(b, np.float64)  # A[0, 0] is rewritten unchanged
+    assert c.shape == (8, 16)
+    assert np.linalg.norm(np.asarray(c, np.float64) - expected) <= 1e-5 * np.linalg.norm(expected)
+    assert float(checksum) == pytest.approx(3 * expected[0, 0], rel=1e-5)
+
+
 # ------------------------------------------------------------------------------ oracle
 
 
