@@ -288,7 +288,7 @@ class Runner:
                 oracle_first_pass="event-timed loop of 2 launches (kernels >= 0.2 ms) or a CUDA graph "
                                   "spanning >= 0.3 ms, one replay; the best 5 re-timed like the pick",
                 xla="slope (t(2R) - t(R)) / R of a jitted lax.fori_loop running lax.dot_general once per "
-                    "operand set per iteration, chained through A[0,0]; median of 5 per R",
+                    "operand set per iteration, chained through A[0,0], every C a loop output; median of 5 per R",
                 jtblas_jax="jtblas.matmul (jax-triton, the model's whole plan) in the same slope loop as XLA",
                 copy=("dst.copy_(src) of 256 MiB in a CUDA graph, after 0.5 s of copies; bandwidth counts read + "
                       "write; M <= 16 shapes: also a copy of the weight's bytes (same rotation of buffers)"),
