@@ -14,7 +14,7 @@ import jtblas
 from jtblas import hardware, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
-from jtblas.model import resources
+from jtblas.model import cost, resources
 from tests.reference import random_operands, relative_error, tolerance
 from tests.test_matmul import BACKENDS, check_product, on_backend
 
@@ -170,18 +170,40 @@ def test_bad_tma_configs_name_the_reason():
         jtblas.Config(tma=1)
 
 
-def test_model_uses_tma_where_the_pointer_kernel_is_slow():
-    """On the H200 the TMA kernel has no K-major discount: NT products run on it on the caller's
-    layout (no transposed copy); NN/TN/TT keep the pointer kernel (predicted equal, ties go to
-    it); no TMA without the hardware, for fp32, or for rows TMA cannot address."""
-    for m, n, k in ((8192, 14336, 4096), (4096, 4096, 14336), (1024, 1024, 1024)):
+def test_model_uses_tma_where_it_pays():
+    """On the H200 the TMA kernel has no K-major discount and a shorter K step, but costs each
+    launch its descriptors' set-up (`tma_k_step_overhead_clocks`, `tma_setup_seconds`): large
+    products run on it in every layout, NT on the caller's layout (no transposed copy); small
+    ones keep the pointer kernel; no TMA without the hardware, for fp32, or for rows TMA cannot
+    address."""
+    layouts = ((False, False), (True, False), (False, True), (True, True))
+    for m, n, k in ((8192, 14336, 4096), (4096, 4096, 14336)):
         plan = model.plan_for_problem(Problem(m=m, n=n, k=k, transpose_b=True), hardware.H200)
         assert plan.config.tma and not plan.repacks
-        for layout in ((False, False), (True, False), (True, True)):
-            assert not jtblas.select(m, n, k, transpose_a=layout[0], transpose_b=layout[1], hardware="h200").tma
+        for transpose_a, transpose_b in layouts:
+            assert jtblas.select(m, n, k, transpose_a=transpose_a, transpose_b=transpose_b, hardware="h200").tma
+    for transpose_a, transpose_b in layouts:
+        assert not jtblas.select(1024, 1024, 1024, transpose_a=transpose_a, transpose_b=transpose_b,
+                                 hardware="h200").tma
     assert not jtblas.select(4096, 4096, 4096, transpose_b=True, hardware="a100").tma
     assert not jtblas.select(4096, 4096, 4096, dtype="float32", transpose_b=True, hardware="h200").tma
     assert not any(c.tma for c in jtblas.candidates(4096, 4099, 4096, transpose_b=True, hardware="h200"))
+
+
+def test_tma_twin_costs_its_setup_and_saves_per_step():
+    """A TMA twin's estimate differs from its pointer config's by the two TMA constants only
+    (NN: no K-major discount either way): the launch costs `tma_setup_seconds` more, each K step
+    `k_step_overhead_clocks − tma_k_step_overhead_clocks` clocks less."""
+    hw = hardware.H200
+    constants = hw.model_constants()
+    problem = Problem(m=4096, n=4096, k=4096)
+    pointer = jtblas.Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, group_m=8)
+    plain = cost.estimate(pointer, problem, hw)
+    twin = cost.estimate(dataclasses.replace(pointer, tma=True), problem, hw)
+    assert twin.launch == pytest.approx(plain.launch + constants.tma_setup_seconds)
+    saved = (constants.k_step_overhead_clocks - constants.tma_k_step_overhead_clocks) / hw.clock_hz
+    assert saved > 0 and twin.step == pytest.approx(plain.step - saved)
+    assert twin.step_mma == plain.step_mma and twin.dram_bytes == plain.dram_bytes
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -33,6 +33,9 @@ the first kernel and read back by the reduction kernel, which adds a second laun
                                        busiest SM's padded blocks' bytes / load port)
     reduce_bytes = s·M·N·4 + M·N·out_bytes
 
+The TMA kernel (config.tma) runs the same equations with a shorter K step
+(`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
+
 Pure Python: no JAX, no Triton. The constants are in `Constants` with their sources; a calibrated
 profile (a later `jtblas calibrate`) replaces them without touching the equations.
 """
@@ -96,6 +99,18 @@ class Constants:
         best (docs/model.md). TT is not discounted: with B stored [N, K] too but A M-major, its
         best ran 0.93-0.94 of NN's in one run (session 5, BENCHMARKS.md). The TMA kernel
         (`Config.tma`) is not discounted (docs/model.md, "The TMA kernel"). Calibration.
+      tma_k_step_overhead_clocks: `k_step_overhead_clocks` of the TMA kernel. One thread issues
+        each stage's two bulk copies with scalar tile coordinates and the consumers wait on an
+        mbarrier; there is no per-thread address arithmetic, mask or async-copy issue, so we take
+        half. Measured on the H200 through JAX (session 12, `tma_twin_ab.json`): the TMA twin of
+        128x256x64 w8 s4 runs 0-8% faster than the pointer kernel on products of 190 µs and more
+        (e.g. 4096³ NN 1.037x, 8192x14336x4096 NN 1.08x, 4096x14336x8192 TN 1.015x); half of 32
+        clocks is 1.3% of that tile's K step. Calibration.
+      tma_setup_seconds: what the TMA kernel costs a launch more than the pointer kernel: its
+        descriptors' global scratch and the three descriptors each program writes and fences
+        before its first copy. Measured on the H200 through JAX
+        (session 12, `tma_twin_ab.json`): a one-tile product (128x256x64, 128x256x64 w8 s3) 7.37
+        against 5.35 µs; +2.0 to +3.4 µs on every product of 45 µs or less.
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -103,6 +118,8 @@ class Constants:
     load_bytes_per_clock: float = 64.0
     mma_sync_fraction_on_wgmma_gpu: float = 0.65
     k_step_overhead_clocks: float = 32.0
+    tma_k_step_overhead_clocks: float = 16.0
+    tma_setup_seconds: float = 2.0e-6
     l2_usable_fraction: float = 0.5
     full_vector_bytes: int = 16
     line_bytes: int = 128
@@ -126,7 +143,8 @@ class Estimate:
     One tile: fill (first stage's latency and bytes), epilogue (store of the C tile),
     tile_throughput, tile_latency.
     Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
-    dram, l2, memory_latency, memory (= max(dram, l2) + memory_latency); launch; predicted_seconds.
+    dram, l2, memory_latency, memory (= max(dram, l2) + memory_latency); launch (the TMA kernel's
+    set-up included); predicted_seconds.
     Split-K: programs (= tiles · split_k: the grid; tiles_per_sm and waves count programs, k_steps
     is per program), partial_bytes (the fp32 partials, 0 without a split), reduction (the second
     kernel, launch included; 0 without a split).
@@ -364,7 +382,8 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
         a_loaded * full / vector_bytes(problem, config, "a", constants)
         + b_step * full / vector_bytes(problem, config, "b", constants)
     ) / load_port
-    step_overhead = constants.k_step_overhead_clocks / clock
+    step_overhead = (constants.tma_k_step_overhead_clocks if config.tma
+                     else constants.k_step_overhead_clocks) / clock
     step = max(step_mma, step_smem, step_load) + step_overhead
     latency = constants.memory_latency_seconds
     step_latency = latency / loads_in_flight(config, problem, hardware)
@@ -396,7 +415,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     l2 = l2_bytes / hardware.l2_bytes_per_s
     memory = max(dram, l2) + latency
 
-    launch = hardware.launch_seconds
+    launch = hardware.launch_seconds + (constants.tma_setup_seconds if config.tma else 0.0)
     partial_bytes = c_bytes if split > 1 else 0.0
     reduction = reduction_seconds(problem, split, hardware, constants) if split > 1 else 0.0
     predicted = launch + max(sm, memory) + reduction

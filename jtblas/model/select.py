@@ -5,8 +5,8 @@ order, to the config with the most slack (the smaller sum of its SM-side and mem
 so the bound that was not binding is furthest away), the larger tile (higher arithmetic
 intensity), the larger block_k, the fewer stages (less shared memory for the same time), the
 fewer warps, the larger group, the smaller split_k (less partial traffic), the pointer kernel
-over the TMA kernel (measured within ±3% of each other where the model predicts them equal), and
-finally the candidate order; so the answer is deterministic.
+over the TMA kernel (which the model predicts apart: the TMA twin's set-up per launch and shorter
+K step, `cost.Constants`), and finally the candidate order; so the answer is deterministic.
 
 Pure Python: no JAX, no Triton.
 """
