@@ -5,7 +5,8 @@ by the slope method of `matmul_vs_xla.seconds_per_call`, contenders interleaved 
 H200's clock under sustained tensor load drifts by several % over a minute, more than the
 differences measured). `--no-tma` adds jtblas without its TMA kernel (as with a jaxlib older than
 0.11: the dx GEMMs then copy B transposed); `--tma-twin` adds the model's pick run on the TMA
-kernel (the same tile; the model gives ties in NN and TN to the pointer kernel).
+kernel (the same tile; since session 12 the model's picks for these six are TMA configs already,
+so the twin is the same config).
 
     python benchmarks/mlp_gemms.py [--tokens 8192 --hidden 4096 --ffn 14336] [--rounds 3] [--no-tma]
                                    [--tma-twin] [--json FILE]

@@ -649,3 +649,27 @@ def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
     assert all(-(-k // c.block_k) >= c.split_k and -(-n // c.block_n) * c.split_k <= 8 * hw.sm_count
                for c in deep)
     assert any(c.block_k == 512 for c in deep) and any(c.num_stages < 3 for c in deep)
+
+
+def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
+    """benchmarks/pick_ab.py: `--dump-picks` writes every benchmark shape's pick, `parse_config`
+    inverts `Config.short()` for each (split-K and TMA included), and the shape keys parse."""
+    import importlib.util
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("pick_ab", REPO / "benchmarks" / "pick_ab.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    path = tmp_path / "picks.json"
+    module.dump_picks(str(path))
+    picks = json.loads(path.read_text())
+    assert len(picks) == len({s.key() for s in shapes.load()})
+    for key, (config, predicted_us) in picks.items():
+        assert module.parse_config(config).short() == config and predicted_us > 0
+        assert module.shape_from_key(key).key() == key
+    split = Config(block_m=16, block_n=64, block_k=256, num_warps=2, num_stages=5, group_m=1, split_k=32)
+    tma = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, group_m=8, tma=True)
+    assert module.parse_config(split.short()) == split and module.parse_config(tma.short()) == tma

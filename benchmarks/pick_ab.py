@@ -1,0 +1,107 @@
+"""Before/after a model change: the picks that changed, timed against each other through JAX.
+
+Two steps. On any machine, once at the old commit and once at the new one, write the model's pick
+(for the H200) of every benchmark shape:
+
+    python benchmarks/pick_ab.py --dump-picks before.json      # at the old commit
+    python benchmarks/pick_ab.py --dump-picks after.json       # at the new commit
+
+Then on the GPU: every shape whose pick differs (or those named by --shapes), old config and new,
+each in the bench's slope loop through JAX (`jtblas.bench.contenders.slope_time_jax`), in
+interleaved rounds; prints and writes the best of the rounds per config:
+
+    python benchmarks/pick_ab.py --before before.json --after after.json [--shapes "MxNxK dtype LAYOUT,..."]
+                                 [--rounds 2] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+
+from jtblas import hardware
+from jtblas.bench import contenders, shapes
+from jtblas.bench.shapes import Shape
+from jtblas.config import Config
+from jtblas.model import cost, select
+
+
+def dump_picks(path: str) -> None:
+    """{shape key: [pick, predicted µs]} of every benchmark shape on the H200 description."""
+    picks = {}
+    for shape in shapes.load():
+        best = select.rank(shape.problem(), hardware.H200)[0]
+        picks[shape.key()] = [best.config.short(), best.predicted_seconds * 1e6]
+    pathlib.Path(path).write_text(json.dumps(picks, indent=0))
+    print(f"{len(picks)} picks written to {path}")
+
+
+def parse_config(short: str) -> Config:
+    """The inverse of `Config.short()` ("128x256x64 w8 s4 g8 [k4] [tma]")."""
+    parts = short.split()
+    block_m, block_n, block_k = map(int, parts[0].split("x"))
+    fields = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=int(parts[1][1:]),
+                  num_stages=int(parts[2][1:]), group_m=int(parts[3][1:]), tma="tma" in parts[4:])
+    fields.update((("split_k", int(part[1:])) for part in parts[4:] if part.startswith("k")))
+    return Config(**fields)
+
+
+def shape_from_key(key: str) -> Shape:
+    size, dtype, layout = key.split()
+    m, n, k = map(int, size.split("x"))
+    return Shape(name=size, set="ab", group="ab", m=m, n=n, k=k, layout=layout, dtype=dtype)
+
+
+def time_changed(before: dict, after: dict, keys: list[str], rounds: int) -> list[dict]:
+    import jax
+
+    rows = []
+    for key in keys:
+        shape = shape_from_key(key)
+        configs = {"before": parse_config(before[key][0]), "after": parse_config(after[key][0])}
+        estimate = cost.predicted_seconds(configs["before"], shape.problem(), hardware.H200)
+        as_, bs = contenders.jax_operands(shape, contenders.operand_sets(shape.bytes_moved, hardware.H200.l2_bytes))
+        seconds = {name: [] for name in configs}
+        for _ in range(rounds):
+            for name, config in configs.items():
+                dot = contenders.jtblas_dot(shape, config)
+                seconds[name].append(contenders.slope_time_jax(dot, as_, bs, estimate_s=estimate)["seconds"])
+        best = {name: min(values) for name, values in seconds.items()}
+        rows.append(dict(shape=key, before=before[key][0], after=after[key][0], seconds=seconds))
+        print(f"{key:34s} before {before[key][0]:26s} {best['before'] * 1e6:9.2f} µs   after {after[key][0]:26s} "
+              f"{best['after'] * 1e6:9.2f} µs   speed-up {best['before'] / best['after']:.3f}", flush=True)
+        del as_, bs
+        jax.clear_caches()
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dump-picks", metavar="FILE", help="write this commit's picks and stop")
+    parser.add_argument("--before")
+    parser.add_argument("--after")
+    parser.add_argument("--shapes", help="comma-separated shape keys (default: every changed pick)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if args.dump_picks:
+        dump_picks(args.dump_picks)
+        return
+    if not (args.before and args.after):
+        parser.error("--before and --after are required (or --dump-picks)")
+    before = json.loads(pathlib.Path(args.before).read_text())
+    after = json.loads(pathlib.Path(args.after).read_text())
+    keys = args.shapes.split(",") if args.shapes else [k for k in before if k in after and before[k][0] != after[k][0]]
+    rows = time_changed(before, after, keys, args.rounds)
+    ratios = [min(r["seconds"]["before"]) / min(r["seconds"]["after"]) for r in rows]
+    if ratios:
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"{len(ratios)} shapes: speed-up geomean {geomean:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(dict(rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
