@@ -206,6 +206,19 @@ def test_tma_twin_costs_its_setup_and_saves_per_step():
     assert twin.step_mma == plain.step_mma and twin.dram_bytes == plain.dram_bytes
 
 
+def test_explain_names_the_kernel_and_its_twin():
+    """`explain` says which kernel runs the pick and what the same config predicts on the other
+    (with both K steps and launches); no such sentence where only one kernel can run it."""
+    large = jtblas.explain(8192, 14336, 4096, hardware="h200")
+    assert large.config.tma
+    twin = next(e for e in large.ranked if e.config == dataclasses.replace(large.config, tma=False))
+    assert f"The TMA kernel: the same config on the pointer kernel predicts {twin.predicted_seconds * 1e6:.2f} µs" \
+        in large.why()
+    small = jtblas.explain(2048, 2048, 2048, hardware="h200")
+    assert not small.config.tma and "The pointer kernel: the same config on the TMA kernel" in small.why()
+    assert "kernel: the same config" not in jtblas.explain(2048, 2048, 2048, hardware="a100").why()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tma_products_in_a_jitted_loop_match_float64(backend, rng):
     """TMA launches inside a jitted loop, which XLA records into a CUDA graph on the GPU: there the

@@ -107,7 +107,7 @@ class Explanation:
         )
         if win.padding_waste > 0.005:
             text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
-        text += "." + self._split_words()
+        text += "." + self._split_words() + self._kernel_words()
         if self.plan is not None and self.plan.reason:
             text += f" Repacking: {self.plan.reason}."  # times above are the kernel's, copies apart
         shape = (c.block_m, c.block_n, c.block_k)
@@ -144,6 +144,22 @@ class Explanation:
             f" Not split: the best split-K candidate, {split.config.short()}, predicts "
             f"{_us(split.predicted_seconds)} ({slower:.1f}% slower), its {split.partial_bytes / 1e6:.1f} MB "
             f"of partials and the reduction ({_us(split.reduction)}) costing more than the idle SMs it fills."
+        )
+
+    def _kernel_words(self) -> str:
+        """Which kernel runs the winner, against the same config on the other kernel (where both
+        can run it): the TMA kernel's shorter K step against its set-up per launch."""
+        win = self.winner
+        twin_config = dataclasses.replace(win.config, tma=not win.config.tma)
+        twin = next((e for e in self.ranked if e.config == twin_config), None)
+        if twin is None:
+            return ""
+        slower = 100 * (twin.predicted_seconds / win.predicted_seconds - 1)
+        kernel, other = ("TMA", "pointer") if win.config.tma else ("pointer", "TMA")
+        return (
+            f" The {kernel} kernel: the same config on the {other} kernel predicts {_us(twin.predicted_seconds)} "
+            f"({slower:.1f}% slower; K steps of {win.step * 1e9:.0f} against {twin.step * 1e9:.0f} ns, "
+            f"launch {_us(win.launch)} against {_us(twin.launch)})."
         )
 
     def format(self, top: int = 10) -> str:
