@@ -9,7 +9,9 @@
 # 4. issue 5: the MLP block's training step, jtblas.nn.Dense vs flax.linen.Dense.
 # Each step has a time limit (9 minutes in all; the GPU machine allows 10 per command; the benches
 # get a --time-budget inside it, so they still write their reports) and writes under OUT; a failing
-# step does not stop the next.
+# step does not stop the next. At the end OUT holds five files (the GPU machine sends back at most
+# eight): gpu_tests.log, deepk-report.md, decode-report.md, mlp_block.json and raw.tgz (every log,
+# results.json and plot).
 set -u
 out=${1:-${OUT:-issue-numbers}}
 mkdir -p "$out"
@@ -31,4 +33,7 @@ step decode 220 python3 -m jtblas bench --shapes llm --max-m 16 --all --no-oracl
 step mlp_block 70 python3 benchmarks/mlp_block.py --json "$out/mlp_block.json"
 for group in deepk decode; do
     [ -f "$out/$group/summary.json" ] && python3 -c "import json, sys; print('$group', json.load(open(sys.argv[1])))" "$out/$group/summary.json" | cut -c1-600
+    [ -f "$out/$group/report.md" ] && cp "$out/$group/report.md" "$out/$group-report.md"
 done
+raw=$(cd "$out" && ls -d deepk decode deepk.log decode.log mlp_block.log 2>/dev/null)
+[ -n "$raw" ] && (cd "$out" && tar czf raw.tgz $raw && rm -rf $raw)
