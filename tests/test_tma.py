@@ -217,6 +217,8 @@ def test_explain_names_the_kernel_and_its_twin():
     small = jtblas.explain(2048, 2048, 2048, hardware="h200")
     assert not small.config.tma and "The pointer kernel: the same config on the TMA kernel" in small.why()
     assert "kernel: the same config" not in jtblas.explain(2048, 2048, 2048, hardware="a100").why()
+    split = jtblas.explain(256, 256, 65536, hardware="h200")  # a split pick has no TMA twin
+    assert split.config.split_k > 1 and "kernel: the same config" not in split.why()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -150,6 +150,8 @@ class Explanation:
         """Which kernel runs the winner, against the same config on the other kernel (where both
         can run it): the TMA kernel's shorter K step against its set-up per launch."""
         win = self.winner
+        if win.config.split_k > 1:  # the TMA kernel does not split K
+            return ""
         twin_config = dataclasses.replace(win.config, tma=not win.config.tma)
         twin = next((e for e in self.ranked if e.config == twin_config), None)
         if twin is None:
