@@ -150,10 +150,9 @@ class Explanation:
         """Which kernel runs the winner, against the same config on the other kernel (where both
         can run it): the TMA kernel's shorter K step against its set-up per launch."""
         win = self.winner
-        if win.config.split_k > 1:  # the TMA kernel does not split K
-            return ""
-        twin_config = dataclasses.replace(win.config, tma=not win.config.tma)
-        twin = next((e for e in self.ranked if e.config == twin_config), None)
+        on_pointer = dataclasses.replace(win.config, tma=False)
+        twin = next((e for e in self.ranked if e.config.tma != win.config.tma
+                     and dataclasses.replace(e.config, tma=False) == on_pointer), None)
         if twin is None:
             return ""
         slower = 100 * (twin.predicted_seconds / win.predicted_seconds - 1)
