@@ -38,42 +38,38 @@ def dump_picks(path: str) -> None:
     print(f"{len(picks)} picks written to {path}")
 
 
-def parse_config(short: str) -> Config:
-    """The inverse of `Config.short()` ("128x256x64 w8 s4 g8 [k4] [tma]")."""
-    parts = short.split()
-    block_m, block_n, block_k = map(int, parts[0].split("x"))
-    fields = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=int(parts[1][1:]),
-                  num_stages=int(parts[2][1:]), group_m=int(parts[3][1:]), tma="tma" in parts[4:])
-    fields.update((("split_k", int(part[1:])) for part in parts[4:] if part.startswith("k")))
-    return Config(**fields)
-
-
 def shape_from_key(key: str) -> Shape:
     size, dtype, layout = key.split()
     m, n, k = map(int, size.split("x"))
     return Shape(name=size, set="ab", group="ab", m=m, n=n, k=k, layout=layout, dtype=dtype)
 
 
-def time_changed(before: dict, after: dict, keys: list[str], rounds: int) -> list[dict]:
+def time_interleaved(shape: Shape, configs: dict[str, Config], rounds: int) -> dict[str, list[float]]:
+    """Seconds per product of each named config on `shape`, through JAX (the bench's slope loop),
+    `rounds` interleaved rounds over one set of operands; JAX's caches cleared afterwards."""
     import jax
 
+    estimate = cost.predicted_seconds(next(iter(configs.values())), shape.problem(), hardware.H200)
+    as_, bs = contenders.jax_operands(shape, contenders.operand_sets(shape.bytes_moved, hardware.H200.l2_bytes))
+    seconds = {name: [] for name in configs}
+    for _ in range(rounds):
+        for name, config in configs.items():
+            dot = contenders.jtblas_dot(shape, config)
+            seconds[name].append(contenders.slope_time_jax(dot, as_, bs, estimate_s=estimate)["seconds"])
+    del as_, bs
+    jax.clear_caches()
+    return seconds
+
+
+def time_changed(before: dict, after: dict, keys: list[str], rounds: int) -> list[dict]:
     rows = []
     for key in keys:
-        shape = shape_from_key(key)
-        configs = {"before": parse_config(before[key][0]), "after": parse_config(after[key][0])}
-        estimate = cost.predicted_seconds(configs["before"], shape.problem(), hardware.H200)
-        as_, bs = contenders.jax_operands(shape, contenders.operand_sets(shape.bytes_moved, hardware.H200.l2_bytes))
-        seconds = {name: [] for name in configs}
-        for _ in range(rounds):
-            for name, config in configs.items():
-                dot = contenders.jtblas_dot(shape, config)
-                seconds[name].append(contenders.slope_time_jax(dot, as_, bs, estimate_s=estimate)["seconds"])
+        configs = {"before": Config.from_short(before[key][0]), "after": Config.from_short(after[key][0])}
+        seconds = time_interleaved(shape_from_key(key), configs, rounds)
         best = {name: min(values) for name, values in seconds.items()}
         rows.append(dict(shape=key, before=before[key][0], after=after[key][0], seconds=seconds))
         print(f"{key:34s} before {before[key][0]:26s} {best['before'] * 1e6:9.2f} µs   after {after[key][0]:26s} "
               f"{best['after'] * 1e6:9.2f} µs   speed-up {best['before'] / best['after']:.3f}", flush=True)
-        del as_, bs
-        jax.clear_caches()
     return rows
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import re
 import shutil
 import statistics
 import subprocess
@@ -42,21 +41,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from matmul_vs_xla import looped  # noqa: E402
 from mlp_gemms import gemms  # noqa: E402
 
-CONFIG_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?( tma)?$")
 REPEATS = 20  # products per jitted call
 # Dense bf16 tensor-core FLOP per clock per Hopper SM: 989.4 TFLOP/s = 132 SMs x 1.83 GHz x 4096
 # (NVIDIA H100 whitepaper, SXM5).
 HOPPER_FLOP_PER_CLOCK_PER_SM = 4096
-
-
-def parse_config(text: str) -> jtblas.Config:
-    """The Config of a `Config.short()` string, e.g. `128x256x64 w8 s3 g8 tma`."""
-    match = CONFIG_PATTERN.match(text.strip())
-    if not match:
-        raise ValueError(f"config {text!r} is not of the form '128x256x64 w8 s3 g8 [k4] [tma]'")
-    bm, bn, bk, warps, stages, group, split, tma = match.groups()
-    return jtblas.Config(block_m=int(bm), block_n=int(bn), block_k=int(bk), num_warps=int(warps),
-                         num_stages=int(stages), group_m=int(group), split_k=int(split or 1), tma=bool(tma))
 
 
 def parse_shape(text: str) -> tuple:
@@ -178,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     wanted = {w.strip() for w in args.gemms.split(",") if w.strip()}
     rows = [g for g in gemms(args.tokens, args.hidden, args.ffn) if "all" in wanted or g[0].split()[0] in wanted]
     rows += [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
-    configs = [parse_config(c) for c in args.configs.split(";") if c.strip()]
+    configs = [jtblas.Config.from_short(c) for c in args.configs.split(";") if c.strip()]
     peak = peak_per_ghz()
     sampler = ClockSampler()
     results = []

@@ -16,9 +16,9 @@ import pathlib
 
 import jtblas
 from jtblas import hardware
-from jtblas.bench import contenders
-from jtblas.model import cost, resources
-from pick_ab import parse_config, shape_from_key
+from jtblas.config import Config
+from jtblas.model import resources
+from pick_ab import shape_from_key, time_interleaved
 
 # One tile (the set-up alone), small and medium products, then the large ones of the benchmark.
 DEFAULT_SHAPES = (
@@ -40,26 +40,20 @@ def main(argv=None) -> None:
     for item in args.shapes.split(","):
         key, _, forced = item.partition("=")
         shape = shape_from_key(key)
-        problem = shape.problem()
-        pick = parse_config(forced) if forced else jtblas.select(
+        pick = Config.from_short(forced) if forced else jtblas.select(
             shape.m, shape.n, shape.k, dtype=shape.dtype, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b)
-        configs = {"pointer": dataclasses.replace(pick, tma=False), "tma": dataclasses.replace(pick, tma=True)}
-        if pick.split_k > 1 or resources.tma_errors(configs["tma"], problem, hardware.H200):
+        # split_k first: a Config with tma=True must not split K
+        if pick.split_k > 1 or resources.tma_errors(dataclasses.replace(pick, tma=True), shape.problem(),
+                                                    hardware.H200):
             print(f"{key}: {pick.short()} has no TMA twin")
             continue
-        estimate = cost.predicted_seconds(configs["pointer"], problem, hardware.H200)
-        as_, bs = contenders.jax_operands(shape, contenders.operand_sets(shape.bytes_moved, hardware.H200.l2_bytes))
-        seconds = {name: [] for name in configs}
-        for _ in range(args.rounds):
-            for name, config in configs.items():
-                dot = contenders.jtblas_dot(shape, config)
-                seconds[name].append(contenders.slope_time_jax(dot, as_, bs, estimate_s=estimate)["seconds"])
+        configs = {"pointer": dataclasses.replace(pick, tma=False), "tma": dataclasses.replace(pick, tma=True)}
+        seconds = time_interleaved(shape, configs, args.rounds)
         best = {name: min(values) for name, values in seconds.items()}
         rows.append(dict(shape=key, config=configs["pointer"].short(), seconds=seconds))
         print(f"{key:34s} {configs['pointer'].short():22s} pointer {best['pointer'] * 1e6:9.2f} µs  "
               f"tma {best['tma'] * 1e6:9.2f} µs  tma − pointer {(best['tma'] - best['pointer']) * 1e6:+7.2f} µs  "
               f"pointer ÷ tma time {best['pointer'] / best['tma']:.3f}", flush=True)
-        del as_, bs
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(rows=rows), indent=1))
 

@@ -7,6 +7,7 @@ static arguments to `jax.jit`. This module is pure Python: the model imports it 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 # Operand dtypes the kernel accepts, by NumPy/JAX name, with their size in bytes.
 OPERAND_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -21,6 +22,8 @@ INPUT_PRECISIONS = ("tf32", "ieee")
 # Most programs one tile's K loop is shared by (split-K): 256 K slices (a grid under two waves
 # never needs more; the model searches up to jtblas.model.candidates.SPLIT_K_FACTORS).
 MAX_SPLIT_K = 256
+# `Config.short()`'s form, read back by `Config.from_short`.
+_SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?( tma)?$")
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -81,6 +84,16 @@ class Config:
             f"s{self.num_stages} g{self.group_m}"
         )
         return name + (f" k{self.split_k}" if self.split_k > 1 else "") + (" tma" if self.tma else "")
+
+    @classmethod
+    def from_short(cls, text: str) -> Config:
+        """The Config of a `short()` name, e.g. `Config.from_short("128x256x64 w8 s3 g8 tma")`."""
+        match = _SHORT_NAME.match(text.strip())
+        if not match:
+            raise ValueError(f"Config.from_short: {text!r} is not of the form '128x256x64 w8 s3 g8 [k4] [tma]'")
+        bm, bn, bk, warps, stages, group, split, tma = match.groups()
+        return cls(block_m=int(bm), block_n=int(bn), block_k=int(bk), num_warps=int(warps),
+                   num_stages=int(stages), group_m=int(group), split_k=int(split or 1), tma=bool(tma))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -652,7 +652,7 @@ def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
 
 
 def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
-    """benchmarks/pick_ab.py: `--dump-picks` writes every benchmark shape's pick, `parse_config`
+    """benchmarks/pick_ab.py: `--dump-picks` writes every benchmark shape's pick, `Config.from_short`
     inverts `Config.short()` for each (split-K and TMA included), and the shape keys parse."""
     import importlib.util
 
@@ -668,8 +668,11 @@ def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
     picks = json.loads(path.read_text())
     assert len(picks) == len({s.key() for s in shapes.load()})
     for key, (config, predicted_us) in picks.items():
-        assert module.parse_config(config).short() == config and predicted_us > 0
+        assert Config.from_short(config).short() == config and predicted_us > 0
         assert module.shape_from_key(key).key() == key
     split = Config(block_m=16, block_n=64, block_k=256, num_warps=2, num_stages=5, group_m=1, split_k=32)
     tma = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, group_m=8, tma=True)
-    assert module.parse_config(split.short()) == split and module.parse_config(tma.short()) == tma
+    assert Config.from_short(split.short()) == split and Config.from_short(tma.short()) == tma
+    for text in ("128x256x64 w8 s3", "128x256x64 w8 s3 g8 k2 tma", "128x256 w8 s3 g8"):
+        with pytest.raises(ValueError, match="from_short|tma needs split_k=1"):
+            Config.from_short(text)
