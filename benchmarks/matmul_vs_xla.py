@@ -16,6 +16,7 @@ import argparse
 import functools
 import json
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -44,20 +45,30 @@ def looped(product, repeats: int):
     return jax.jit(run)
 
 
-def seconds_per_call(product, a, b, *, repeats: int = 20, trials: int = 5) -> float:
-    """Median over trials of (t(2R) - t(R)) / R, in seconds."""
+def slope_timer(product, a, b, *, repeats: int = 20) -> Callable[[int], float]:
+    """Compiles `product` looped R and 2R times and returns measure(trials): the median over
+    trials of (t(2R) - t(R)) / R, in seconds (call it again for another sample, no recompiling)."""
     short, long = looped(product, repeats), looped(product, 2 * repeats)
     jax.block_until_ready(short(a, b))
     jax.block_until_ready(long(a, b))
-    slopes = []
-    for _ in range(trials):
-        start = time.perf_counter()
-        jax.block_until_ready(short(a, b))
-        middle = time.perf_counter()
-        jax.block_until_ready(long(a, b))
-        end = time.perf_counter()
-        slopes.append(((end - middle) - (middle - start)) / repeats)
-    return float(np.median(slopes))
+
+    def measure(trials: int) -> float:
+        slopes = []
+        for _ in range(trials):
+            start = time.perf_counter()
+            jax.block_until_ready(short(a, b))
+            middle = time.perf_counter()
+            jax.block_until_ready(long(a, b))
+            end = time.perf_counter()
+            slopes.append(((end - middle) - (middle - start)) / repeats)
+        return float(np.median(slopes))
+
+    return measure
+
+
+def seconds_per_call(product, a, b, *, repeats: int = 20, trials: int = 5) -> float:
+    """Median over trials of (t(2R) - t(R)) / R, in seconds."""
+    return slope_timer(product, a, b, repeats=repeats)(trials)
 
 
 def main(argv=None) -> None:

@@ -3,10 +3,10 @@
 The block is Dense(ffn) -> gelu -> Dense(hidden) on [tokens, hidden] bf16 activations; the step
 is `jax.value_and_grad` of a scalar loss with respect to the parameters and the input (the six
 GEMMs of training: two forward, two dx, two dw). Both variants share parameters and inputs and
-are timed in the same run by the slope method of `matmul_vs_xla.seconds_per_call`.
+are timed in the same run by the slope method of `matmul_vs_xla.slope_timer`.
 
     python benchmarks/mlp_block.py [--tokens 8192 --hidden 4096 --ffn 14336] [--repack-modes auto,never]
-                                   [--no-bias] [--activation gelu|none]
+                                   [--no-bias] [--activation gelu|none] [--rounds 5]
 
 `--no-bias` and `--activation none` strip the block down to its GEMMs (what XLA can fuse into
 its GEMMs' epilogues, bias and GELU, a jax-triton custom call cannot take in).
@@ -14,6 +14,10 @@ its GEMMs' epilogues, bias and GELU, a jax-triton custom call cannot take in).
 `--repack-modes` times jtblas once per repack mode (`jtblas.ops.repack_mode`, read at trace time):
 "auto" is the model's plan (which may copy a weight transposed for the dx GEMMs), "never" keeps
 every GEMM on the caller's operands.
+
+`--rounds N` compiles every variant once, then times them N times in turn (the order reversed every
+other round): one run of the block moves by ±2-3% with the GPU's power-limited clock, so the
+ratio reported is the median of the N rounds' ratios, with their range.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import statistics
 import sys
 
 import flax.linen as nn
@@ -31,7 +36,7 @@ import jtblas
 import jtblas.nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from matmul_vs_xla import seconds_per_call  # noqa: E402
+from matmul_vs_xla import slope_timer  # noqa: E402
 
 
 ACTIVATIONS = {"gelu": nn.gelu, "none": lambda h: h}
@@ -74,6 +79,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repack-modes", default="auto")
     parser.add_argument("--no-bias", action="store_true", help="Dense layers without bias")
     parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default="gelu")
+    parser.add_argument("--rounds", type=int, default=1, help="times each variant this many times, in turn")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.repack_modes.split(",") if m.strip()]
@@ -86,21 +92,32 @@ def main(argv=None) -> None:
     flops = 6 * 2 * args.tokens * args.hidden * args.ffn
     print(f"MLP block fwd+bwd, {args.tokens} tokens, {args.hidden}->{args.ffn}->{args.hidden} bf16, "
           f"bias {options['use_bias']}, activation {args.activation}:", flush=True)
-    flax_seconds = seconds_per_call(step_function(flax_block, params), x, None, repeats=4, trials=3)
+    timers = {"flax": slope_timer(step_function(flax_block, params), x, None, repeats=4)}
+    for mode in modes:
+        with jtblas.ops.repack_mode(mode):  # read while the step is traced (inside slope_timer)
+            timers[mode] = slope_timer(step_function(ours_block, params), x, None, repeats=4)
+    rounds = []
+    for index in range(args.rounds):
+        order = list(timers) if index % 2 == 0 else list(reversed(timers))
+        rounds.append({name: timers[name](3) for name in order})
+    flax_seconds = statistics.median(r["flax"] for r in rounds)
     print(f"  flax.linen.Dense           {flax_seconds * 1e3:8.3f} ms  ({flops / flax_seconds / 1e12:.0f} TFLOP/s)",
           flush=True)
-    ours = {}
+    ours, ratios = {}, {}
     for mode in modes:
-        with jtblas.ops.repack_mode(mode):  # read while the step is traced (inside seconds_per_call)
-            ours[mode] = seconds_per_call(step_function(ours_block, params), x, None, repeats=4, trials=3)
+        ours[mode] = statistics.median(r[mode] for r in rounds)
+        ratios[mode] = sorted(r["flax"] / r[mode] for r in rounds)
+        spread = ""
+        if len(rounds) > 1:
+            spread = f" (median of {len(rounds)} rounds, {ratios[mode][0]:.3f}-{ratios[mode][-1]:.3f})"
         print(f"  jtblas.nn.Dense ({mode:9s}) {ours[mode] * 1e3:8.3f} ms  ({flops / ours[mode] / 1e12:.0f} TFLOP/s)"
-              f"  speed-up (flax time / jtblas time): {flax_seconds / ours[mode]:.3f}", flush=True)
+              f"  speed-up (flax time / jtblas time): {statistics.median(ratios[mode]):.3f}{spread}", flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(
             device=jax.devices()[0].device_kind, jax=jax.__version__, tokens=args.tokens,
             hidden=args.hidden, ffn=args.ffn, **options, flax_seconds=flax_seconds, jtblas_seconds=ours,
+            speedup_median={mode: statistics.median(r) for mode, r in ratios.items()}, rounds=rounds,
         ), indent=1))
-
 
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jtblas.bench import contenders, oracle, report, shapes, timing
+from jtblas.bench import cli, contenders, oracle, report, shapes, timing
 from jtblas.config import Config, Problem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,6 +167,29 @@ def test_xla_slope_loop_keeps_every_dot_inside_the_loop():
     assert contenders.loop_unroll(16, 1000) == 1 and contenders.loop_unroll(1, 3) == 3
     result = contenders.slope_time_jax(contenders.xla_dot(shape), as_, bs, estimate_s=1e-5, target_s=1e-4, trials=2)
     assert result["repeats"] >= 2 and "slope" in result["method"]
+
+
+def test_jax_timings_run_in_turn_and_keep_the_median_of_the_rounds(tmp_path):
+    """The runner's XLA column and JAX spot check: each loop compiled once, timed in rounds in
+    turn, the median kept; a dot that fails gets its own error and the others still run."""
+    shape = shapes.Shape(name="t", set="t", group="t", m=16, n=24, k=32, layout="NN", dtype="float32")
+    args = cli.build_parser().parse_args(["--out", str(tmp_path), "--jax-rounds", "3"])
+    runner = cli.Runner(args)
+    runner.C = contenders
+
+    def broken(a, b):
+        raise ValueError("no such kernel")
+
+    results = runner._jax(shape, {"xla": contenders.xla_dot(shape), "broken": broken}, 2, 1e-5)
+    assert "no such kernel" in results["broken"]["error"]
+    xla = results["xla"]
+    assert len(xla["round_seconds"]) == 3 and xla["seconds"] == statistics.median(xla["round_seconds"])
+    assert xla["compile_s"] > 0 and "median of 3 rounds" in xla["method"]
+    # A timer is measured again without recompiling: the second sample reuses the same loops.
+    measure, facts = contenders.slope_timer_jax(contenders.xla_dot(shape), *contenders.jax_operands(shape, 1),
+                                                estimate_s=1e-5, target_s=1e-4)
+    first, second = measure(1), measure(2)
+    assert facts["sets"] == 1 and "median of 1" in first["method"] and "median of 2" in second["method"]
 
 
 def test_xla_slope_loop_computes_the_chained_products_with_a_remainder():

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of jtblas,oracle,xla,cublas,tutorial,nvmmh")
     p.add_argument("--jax-checks", type=int, default=3,
                    help="time jtblas.matmul through JAX (slope method) on the first this many shapes")
+    p.add_argument("--jax-rounds", type=int, default=3,
+                   help="time XLA and the JAX spot check this many times each, in turn (the median is kept)")
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out/)")
     p.add_argument("--cache", default=None,
                    help="oracle cache JSON (default: OUT/oracle_cache.json); reruns skip cached searches")
@@ -288,8 +290,11 @@ class Runner:
                 oracle_first_pass="event-timed loop of 2 launches (kernels >= 0.2 ms) or a CUDA graph "
                                   "spanning >= 0.3 ms, one replay; the best 5 re-timed like the pick",
                 xla="slope (t(2R) - t(R)) / R of a jitted lax.fori_loop running lax.dot_general once per "
-                    "operand set per iteration, chained through A[0,0], every C a loop output; median of 5 per R",
-                jtblas_jax="jtblas.matmul (jax-triton, the model's whole plan) in the same slope loop as XLA",
+                    "operand set per iteration, chained through A[0,0], every C a loop output; median of 5 per R; "
+                    f"compiled once, timed in {self.args.jax_rounds} rounds in turn with the spot check, the "
+                    "median of the rounds",
+                jtblas_jax="jtblas.matmul (jax-triton, the model's whole plan) in the same slope loop as XLA, "
+                           "in the same rounds",
                 copy=("dst.copy_(src) of 256 MiB in a CUDA graph, after 0.5 s of copies; bandwidth counts read + "
                       "write; M <= 16 shapes: also a copy of the weight's bytes (same rotation of buffers)"),
             ),
@@ -596,27 +601,33 @@ class Runner:
             weight_bytes = shape.k * shape.n * OPERAND_DTYPE_BYTES[shape.dtype]
             record["copy_same_bytes"] = self._safe(
                 lambda: self.timing.copy_bandwidth(self.timer, nbytes=weight_bytes, nbuf=nbuf))
+        jax_dots = {}
         if "xla" in self.contenders:
-            cont["xla"] = (self._guard(lambda: self._jax(shape, C.xla_dot(shape), nbuf, estimate))
-                           if self.jax_ok else dict(error="JAX sees no GPU"))
+            jax_dots["xla"] = C.xla_dot(shape)
+        if jax_check and plan.pick is not None and self.jax_triton_error is None:
+            # config=None: what a user's jtblas.matmul runs, the model's whole plan (a forced
+            # config would run the pick on the caller's operands, never repacked).
+            jax_dots["jtblas_jax"] = C.jtblas_dot(shape, None)
+        if jax_dots and self.jax_ok:  # XLA and the spot check timed in turn, in the same rounds
+            cont.update(self._jax(shape, jax_dots, nbuf, estimate))
+        elif "xla" in self.contenders:
+            cont["xla"] = dict(error="JAX sees no GPU")
+        if "jtblas_jax" in cont:
+            c = cont["jtblas_jax"]
+            if c.get("error") and ("jax_triton" in c["error"] or "jax-triton" in c["error"]):
+                self.jax_triton_error = c["error"]
+            c["config_short"] = plan.pick.short()
         ours_entry = cont.get("jtblas") or {}
         if plan.repack is not None and plan.repack.transpose_b and _ok(ours_entry) and self.jax_ok:
             # The transposed copy of B: torch's copy_ from a transposed view streams at a fraction
             # of the bandwidth XLA's transpose reaches (4096x4096x14336 NT on the H200: 1032 µs
             # emulated, 620 µs through jax.jit), so the pick is timed as jtblas.matmul runs it.
-            through_jax = self._guard(lambda: self._jax(shape, C.jtblas_dot(shape, None), nbuf, estimate))
+            through_jax = cont.get("jtblas_jax") or self._jax(shape, {"ours": C.jtblas_dot(shape, None)}, nbuf,
+                                                               estimate)["ours"]
             if _ok(through_jax):
                 ours_entry.update(torch_emulation_seconds=ours_entry["seconds"], seconds=through_jax["seconds"],
                                   method="jtblas.matmul through jax.jit, XLA's slope loop (the transposed copy "
                                          "runs in XLA): " + str(through_jax.get("method")))
-        if jax_check and self.jax_ok and plan.pick is not None and self.jax_triton_error is None:
-            # config=None: what a user's jtblas.matmul runs, the model's whole plan (a forced
-            # config would run the pick on the caller's operands, never repacked).
-            c = self._guard(lambda: self._jax(shape, C.jtblas_dot(shape, None), nbuf, estimate))
-            if c.get("error") and ("jax_triton" in c["error"] or "jax-triton" in c["error"]):
-                self.jax_triton_error = c["error"]
-            c["config_short"] = plan.pick.short()
-            cont["jtblas_jax"] = c
         return record
 
     def _guard(self, fn) -> dict:
@@ -746,19 +757,45 @@ class Runner:
                 entry["first_call_s"] = c["compile_cpu_s"] / (c.get("workers") or 1) + c["timing_s"]
         return entry
 
-    def _jax(self, shape, dot, nbuf, estimate) -> dict:
+    def _jax(self, shape, dots: dict, nbuf: int, estimate: float) -> dict:
+        """{name: result} for each of `dots` in XLA's slope loop on the same operands: each loop
+        compiled once, then timed `--jax-rounds` times in turn (the order reversed every other
+        round; one slope moves by a few % between runs), the median of the rounds kept. A dot
+        that fails to compile or run gets an error entry; the others still run."""
         import jax
 
         C = self.C
-        as_, bs = C.jax_operands(shape, nbuf)
+        rounds = max(1, self.args.jax_rounds)
         try:
-            result = C.slope_time_jax(dot, as_, bs, estimate_s=estimate)
-            result["first_call_s"] = result["compile_s"]
-            return result
+            as_, bs = C.jax_operands(shape, nbuf)
+        except Exception as error:  # noqa: BLE001 - e.g. out of memory: every dot gets the error
+            return {name: dict(error=_short_error(error)) for name in dots}
+        try:
+            results, timers = {}, {}
+            for name, dot in dots.items():
+                try:
+                    timers[name], results[name] = C.slope_timer_jax(dot, as_, bs, estimate_s=estimate)
+                    results[name]["first_call_s"] = results[name]["compile_s"]
+                except Exception as error:  # noqa: BLE001 - one contender failing must not end the run
+                    results[name] = dict(error=_short_error(error))
+            samples = {name: [] for name in timers}
+            for index in range(rounds):
+                for name in (list(timers) if index % 2 == 0 else reversed(list(timers))):
+                    if name in samples:
+                        try:
+                            samples[name].append(timers[name](5))
+                        except Exception as error:  # noqa: BLE001
+                            results[name] = dict(error=_short_error(error))
+                            del samples[name]
+            for name, taken in samples.items():
+                seconds = [t["seconds"] for t in taken]
+                results[name].update(taken[-1], seconds=statistics.median(seconds), round_seconds=seconds)
+                if rounds > 1:
+                    results[name]["method"] += f"; median of {rounds} rounds timed in turn with {sorted(samples)}"
+            return results
         finally:
             del as_, bs
             jax.clear_caches()
-
 
 def _np_dtype(name: str):
     import jax.numpy as jnp

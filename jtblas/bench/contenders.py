@@ -401,9 +401,11 @@ def jax_operands(shape, nbuf: int, seed: int = 0):
     return as_, bs
 
 
-def slope_time_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float = 4e-3, trials: int = 5) -> dict:
-    """Per-dot device time of `dot` by the slope method: R chosen so that R iterations (of
-    len(as_) dots each) take about `target_s`; compiled once for R and once for 2R."""
+def slope_timer_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float = 4e-3
+                    ) -> tuple[Callable[[int], dict], dict]:
+    """Compiles the slope loop of `dot` for R and 2R iterations (R so that R iterations of
+    len(as_) dots each take about `target_s`) and returns measure(trials), the per-dot device time
+    by the slope method (callable again without recompiling), and the compile facts."""
     import jax
 
     from jtblas.bench.timing import measure_slope, repeats_for
@@ -421,14 +423,22 @@ def slope_time_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float
     def run(r):
         jax.block_until_ready(compiled[r](as_, bs))
 
-    result = measure_slope(run, repeats, trials=trials)
-    per_dot = result["seconds"] / sets
-    return dict(
-        seconds=per_dot, compile_s=compile_s, repeats=repeats, sets=sets,
-        t_short_s=result["t_short_s"], t_long_s=result["t_long_s"], fixed_s=result["fixed_s"],
-        method=f"slope (t(2R)-t(R))/R of a jitted fori_loop, R={repeats}, {sets} dot(s) per iteration, "
-        f"median of {trials}",
-    )
+    def measure(trials: int) -> dict:
+        result = measure_slope(run, repeats, trials=trials)
+        return dict(
+            seconds=result["seconds"] / sets, t_short_s=result["t_short_s"], t_long_s=result["t_long_s"],
+            fixed_s=result["fixed_s"],
+            method=f"slope (t(2R)-t(R))/R of a jitted fori_loop, R={repeats}, {sets} dot(s) per iteration, "
+            f"median of {trials}",
+        )
+
+    return measure, dict(compile_s=compile_s, repeats=repeats, sets=sets)
+
+
+def slope_time_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float = 4e-3, trials: int = 5) -> dict:
+    """Per-dot device time of `dot` by the slope method (`slope_timer_jax`, measured once)."""
+    measure, facts = slope_timer_jax(dot, as_, bs, estimate_s=estimate_s, target_s=target_s)
+    return {**measure(trials), **facts}
 
 
 def empty_iteration_seconds(trials: int = 5) -> float:
