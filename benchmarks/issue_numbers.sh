@@ -26,12 +26,12 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND with a limit, log to OUT/N
     grep -v -i "$noise" "$out/$name.log" | tail -n 3
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-step gpu_tests 125 python3 -m pytest -q -m gpu -p no:cacheprovider tests
-step deepk 150 python3 -m jtblas bench --shapes deepk --all --no-oracle --contenders jtblas,xla,cublas \
+step gpu_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+step deepk 140 python3 -m jtblas bench --shapes deepk --all --no-oracle --contenders jtblas,xla,cublas \
     --jax-checks 8 --time-budget 135 --out "$out/deepk"
 step decode 225 python3 -m jtblas bench --shapes llm --max-m 16 --all --no-oracle \
     --contenders jtblas,xla,cublas --jax-checks 32 --time-budget 210 --out "$out/decode"
-step mlp_block 100 python3 benchmarks/mlp_block.py --rounds 5 --json "$out/mlp_block.json"
+step mlp_block 80 python3 benchmarks/mlp_block.py --rounds 5 --json "$out/mlp_block.json"
 for group in deepk decode; do
     [ -f "$out/$group/summary.json" ] && python3 -c "import json, sys; print('$group', json.load(open(sys.argv[1])))" "$out/$group/summary.json" | cut -c1-600
     [ -f "$out/$group/report.md" ] && cp "$out/$group/report.md" "$out/$group-report.md"
