@@ -119,5 +119,6 @@ def main(argv=None) -> None:
             speedup_median={mode: statistics.median(r) for mode, r in ratios.items()}, rounds=rounds,
         ), indent=1))
 
+
 if __name__ == "__main__":
     main()

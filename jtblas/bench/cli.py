@@ -797,6 +797,7 @@ class Runner:
             del as_, bs
             jax.clear_caches()
 
+
 def _np_dtype(name: str):
     import jax.numpy as jnp
 
