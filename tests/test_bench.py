@@ -237,6 +237,36 @@ def test_matmul_vs_xla_loop_carries_the_whole_product():
     assert float(checksum) == pytest.approx(3 * expected[0, 0], rel=1e-5)
 
 
+def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
+    """benchmarks/sass_stats.py: jax-triton's real CUDA compile of a forced decode config, assembled
+    and disassembled by Triton's tools on any machine; the K loop is found, with its async copies
+    and tensor-core instructions, at M = 1 (A's rows masked) and M = 16 alike."""
+    import importlib.util
+
+    from tests.reference import require_jax_triton
+
+    require_jax_triton()
+    spec = importlib.util.spec_from_file_location("sass_stats", REPO / "benchmarks" / "sass_stats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = Config.from_short("16x64x128 w4 s3 g1")
+    loops = {}
+    for m in (1, 16):
+        directory = tmp_path / str(m)
+        directory.mkdir()
+        kernels = module.lowered_ptx(m, 256, 1024, layout="NN", dtype="bfloat16", config=config,
+                                     compute_capability=90, directory=directory)
+        assert list(kernels) == ["matmul_kernel"]
+        report, sass = module.assemble(kernels["matmul_kernel"], "matmul_kernel", 90, directory)
+        assert "registers" in report
+        loops[m] = [loop for loop in module.loop_mixes(sass) if loop.get("HMMA")]
+        assert len(loops[m]) == 1, loops[m]
+    # One K step of a 16x64x128 tile: A 16x128 and B 128x64 bf16 by 16-byte async copies over
+    # 128 threads (2 + 8 per thread; A's masked rows still issue theirs), and the same MMAs.
+    assert loops[1][0]["LDGSTS"] == loops[16][0]["LDGSTS"] == 10
+    assert loops[1][0]["HMMA"] == loops[16][0]["HMMA"] > 0
+
+
 # ------------------------------------------------------------------------------ oracle
 
 
