@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import jtblas
+from jtblas.bench.timing import measure_slope
 
 
 def looped(product, repeats: int):
@@ -46,28 +45,21 @@ def looped(product, repeats: int):
 
 
 def slope_timer(product, a, b, *, repeats: int = 20) -> Callable[[int], float]:
-    """Compiles `product` looped R and 2R times and returns measure(trials): the median over
-    trials of (t(2R) - t(R)) / R, in seconds (call it again for another sample, no recompiling)."""
-    short, long = looped(product, repeats), looped(product, 2 * repeats)
-    jax.block_until_ready(short(a, b))
-    jax.block_until_ready(long(a, b))
+    """Compiles `product` looped R and 2R times and returns measure(trials): seconds per call by
+    `jtblas.bench.timing.measure_slope` (the two lengths alternated `trials` times, the slope of
+    their medians), callable again for another sample without recompiling."""
+    looped_by_repeats = {repeats: looped(product, repeats), 2 * repeats: looped(product, 2 * repeats)}
+    for function in looped_by_repeats.values():
+        jax.block_until_ready(function(a, b))
 
-    def measure(trials: int) -> float:
-        slopes = []
-        for _ in range(trials):
-            start = time.perf_counter()
-            jax.block_until_ready(short(a, b))
-            middle = time.perf_counter()
-            jax.block_until_ready(long(a, b))
-            end = time.perf_counter()
-            slopes.append(((end - middle) - (middle - start)) / repeats)
-        return float(np.median(slopes))
+    def run(count: int) -> None:
+        jax.block_until_ready(looped_by_repeats[count](a, b))
 
-    return measure
+    return lambda trials: measure_slope(run, repeats, trials=trials)["seconds"]
 
 
 def seconds_per_call(product, a, b, *, repeats: int = 20, trials: int = 5) -> float:
-    """Median over trials of (t(2R) - t(R)) / R, in seconds."""
+    """Seconds per call of `product`, (t(2R) - t(R)) / R (`slope_timer`, measured once)."""
     return slope_timer(product, a, b, repeats=repeats)(trials)
 
 
