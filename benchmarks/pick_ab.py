@@ -7,7 +7,7 @@ Two steps. On any machine, once at the old commit and once at the new one, write
     python benchmarks/pick_ab.py --dump-picks after.json       # at the new commit
 
 Then on the GPU: every shape whose pick differs (or those named by --shapes), old config and new,
-each in the bench's slope loop through JAX (`jtblas.bench.contenders.slope_time_jax`), in
+each in the bench's slope loop through JAX (`jtblas.bench.contenders.slope_timer_jax`), in
 interleaved rounds; prints and writes the best of the rounds per config:
 
     python benchmarks/pick_ab.py --before before.json --after after.json [--shapes "MxNxK dtype LAYOUT,..."]
@@ -45,17 +45,19 @@ def shape_from_key(key: str) -> Shape:
 
 
 def time_interleaved(shape: Shape, configs: dict[str, Config], rounds: int) -> dict[str, list[float]]:
-    """Seconds per product of each named config on `shape`, through JAX (the bench's slope loop),
-    `rounds` interleaved rounds over one set of operands; JAX's caches cleared afterwards."""
+    """Seconds per product of each named config on `shape`, through JAX (the bench's slope loop,
+    each compiled once), `rounds` interleaved rounds over one set of operands; JAX's caches
+    cleared afterwards."""
     import jax
 
     estimate = cost.predicted_seconds(next(iter(configs.values())), shape.problem(), hardware.H200)
     as_, bs = contenders.jax_operands(shape, contenders.operand_sets(shape.bytes_moved, hardware.H200.l2_bytes))
+    timers = {name: contenders.slope_timer_jax(contenders.jtblas_dot(shape, config), as_, bs, estimate_s=estimate)[0]
+              for name, config in configs.items()}
     seconds = {name: [] for name in configs}
     for _ in range(rounds):
-        for name, config in configs.items():
-            dot = contenders.jtblas_dot(shape, config)
-            seconds[name].append(contenders.slope_time_jax(dot, as_, bs, estimate_s=estimate)["seconds"])
+        for name, measure in timers.items():
+            seconds[name].append(measure(5)["seconds"])
     del as_, bs
     jax.clear_caches()
     return seconds

@@ -2,7 +2,7 @@
 
 What `cost.Constants.tma_setup_seconds` and `tma_k_step_overhead_clocks` rest on: for each shape
 the model's pick (or the config after "=") is timed on both kernels in the bench's slope loop
-(`jtblas.bench.contenders.slope_time_jax`), in interleaved rounds; the best of the rounds each.
+(`jtblas.bench.contenders.slope_timer_jax`, each compiled once), in interleaved rounds; the best of the rounds each.
 
     python benchmarks/tma_twin_ab.py [--shapes "MxNxK dtype LAYOUT[=CONFIG],..."] [--rounds 2] [--json FILE]
 """
