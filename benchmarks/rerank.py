@@ -84,23 +84,21 @@ def glitches(times: dict[str, float]) -> set[str]:
 
 def rank(entries: dict[str, dict[str, float]], hardware) -> list[Ranked]:
     """The model's pick per shape among the timed configs that are still candidates."""
-    import jtblas
-    from jtblas.config import Problem
     from jtblas import model
-    from jtblas.model import cost
+    from jtblas.config import Problem
+    from jtblas.model import select
 
-    constants = hardware.model_constants()
     out = []
     for key, times in sorted(entries.items()):
         dims, dtype, layout = key.split()
         m, n, k = (int(v) for v in dims.split("x"))
         ta, tb = layout[0] == "T", layout[1] == "T"
         problem = Problem(m=m, n=n, k=k, dtype=dtype, out_dtype=dtype, transpose_a=ta, transpose_b=tb)
-        timed = [c for c in jtblas.candidates(m, n, k, dtype=dtype, transpose_a=ta, transpose_b=tb,
-                                              hardware=hardware) if c.short() in times]
+        # The model's own order (select.rank: its tie-breaks too), restricted to the timed configs.
+        timed = [e.config for e in select.rank(problem, hardware) if e.config.short() in times]
         if not timed:
             continue
-        pick = min(timed, key=lambda c: (cost.predicted_seconds(c, problem, hardware, constants), c.short()))
+        pick = timed[0]
         best = min((c.short() for c in timed), key=times.get)
         plan = model.plan_for_problem(problem, hardware)
         out.append(Ranked(key=key, layout=layout, m=m, n=n, k=k, pick=pick.short(), best=best,

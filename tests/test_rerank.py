@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 import jtblas
-from jtblas import hardware
+from jtblas import hardware, model
 from jtblas.config import Problem
-from jtblas.model import cost
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import rerank  # noqa: E402
@@ -18,13 +17,14 @@ import rerank  # noqa: E402
 
 def write_cache(path: Path, shapes) -> dict:
     """A cache in jtblas bench's format: per shape, first-pass times of some candidates. The
-    model's pick gets 2 ms, the others 1 ms apart from one slowest; returns each shape's pick."""
+    model's pick (what `jtblas.select` returns, ties broken as it breaks them) gets 2 ms, the
+    others 1 ms apart from one slowest; returns each shape's pick."""
     entries, picks = {}, {}
     for m, n, k, layout in shapes:
         ta, tb = layout[0] == "T", layout[1] == "T"
         problem = Problem(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb)
         space = jtblas.candidates(m, n, k, transpose_a=ta, transpose_b=tb, hardware="h200")
-        pick = min(space, key=lambda c: (cost.predicted_seconds(c, problem, hardware.H200), c.short()))
+        pick = model.select_for_problem(problem, hardware.H200)
         others = [c for c in space if c != pick][:5]
         first = [[pick.short(), 2e-3, None]] + [[c.short(), 1e-3, None] for c in others]
         first.append(["not-a-candidate w9", 1e-9, None])  # gone from the space: ignored
