@@ -371,7 +371,7 @@ def launch_spec(
             SPLIT_K=split,
             ATOMIC_SPLIT=atomic,
             K_FROM_INDICES=resources.k_from_indices(problem),
-            MASK_M=resources.masks_short_a(problem, config),
+            SHORT_A_ROWS=m if resources.masks_short_a(problem, config) else 0,
         ),
     )
 

@@ -147,20 +147,21 @@ def test_index_64_chosen_only_past_int32():
 
 
 def test_short_a_rows_are_masked_only_where_a_is_shorter_than_a_tile():
-    """MASK_M (A's rows past M zero-filled instead of wrapped) is set where M < block_m and A's
-    rows are K-contiguous (NN, NT); a TN/TT A (M-contiguous) keeps the wrap, so its loads stay
-    wide, as does any A of at least a tile's rows."""
+    """SHORT_A_ROWS (A's rows past M zero-filled instead of wrapped; M itself, a compile-time
+    constant) is set where M < block_m and A's rows are K-contiguous (NN, NT); a TN/TT A
+    (M-contiguous) keeps the wrap, so its loads stay wide, as does any A of at least a tile's rows."""
     config = SMALL_CONFIGS[1]  # block_m 16
     for m, transpose_a, masked in [(1, False, True), (15, False, True), (16, False, False),
                                    (40, False, False), (1, True, False), (7, True, False)]:
         for transpose_b in (False, True):
             problem = jtblas.Problem(m=m, n=64, k=96, transpose_a=transpose_a, transpose_b=transpose_b)
-            assert launch_spec(problem, config).metaparams["MASK_M"] is masked, (m, transpose_a, transpose_b)
+            rows = launch_spec(problem, config).metaparams["SHORT_A_ROWS"]
+            assert rows == (m if masked else 0), (m, transpose_a, transpose_b)
 
 
 @pytest.mark.parametrize("m,k", [(1, 96), (5, 77), (13, 33)])
 def test_masked_and_wrapped_short_a_give_the_same_bits(m, k, rng):
-    """Under the interpreter, one product of a short A (even and tailed K) with MASK_M on and off:
+    """Under the interpreter, one product of a short A (even and tailed K) masked and wrapped:
     the masked rows load zeros, the wrapped ones other rows' values; neither reaches C."""
     config = SMALL_CONFIGS[1]
     problem = jtblas.Problem(m=m, n=50, k=k)
@@ -170,7 +171,8 @@ def test_masked_and_wrapped_short_a_give_the_same_bits(m, k, rng):
     for mask in (True, False):
         out = launch.launch(matmul_kernel, grid=spec.grid, args=[a, b, *spec.scalars],
                             out_shape=jax.ShapeDtypeStruct((m, 50), jnp.float32), num_warps=spec.num_warps,
-                            num_stages=spec.num_stages, metaparams=dict(spec.metaparams, MASK_M=mask))
+                            num_stages=spec.num_stages,
+                            metaparams=dict(spec.metaparams, SHORT_A_ROWS=m if mask else 0))
         outputs.append(np.asarray(out))
     assert relative_error(outputs[0], reference) < tolerance("float32", "float32")
     np.testing.assert_array_equal(outputs[0], outputs[1])

@@ -162,7 +162,7 @@ def matmul_kernel(
     SPLIT_K: tl.constexpr = 1,
     ATOMIC_SPLIT: tl.constexpr = False,
     K_FROM_INDICES: tl.constexpr = False,
-    MASK_M: tl.constexpr = False,
+    SHORT_A_ROWS: tl.constexpr = 0,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -176,7 +176,12 @@ def matmul_kernel(
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
     K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
-    MASK_M: M < BLOCK_M; A's rows past M are masked, not wrapped (`reduce_k_blocks`).
+    SHORT_A_ROWS: 0, or M where all of A is shorter than a tile (M < BLOCK_M, one tile row): A's
+    rows past it are masked, not wrapped (`reduce_k_blocks`). A compile-time constant, so is the
+    row mask: with M a run-time value the compiler re-derived the masked copies' predicates in
+    every K step (M = 1: 284 instructions and 180 registers in the K loop of a 16x64x256 2-warp
+    tile against 275 and 159 at M = 4, whose M jax-triton happened to specialise; the M = 1 and 2
+    products streamed 10-20% slower than M = 4 on the H200, BENCHMARKS.md session 14).
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does
@@ -205,14 +210,14 @@ def matmul_kernel(
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
     a_rows, b_cols = tile_bases(
-        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, MASK_M,
+        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS > 0,
     )
-    rows_left = M - pid_m * BLOCK_M
+    rows_left = SHORT_A_ROWS  # used only where SHORT_A_ROWS > 0
     k_blocks = tl.cdiv(K, BLOCK_K)
     if SPLIT_K == 1:
         acc = reduce_k_blocks(
             a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, MASK_M,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, SHORT_A_ROWS > 0,
         )
     else:
         # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
@@ -229,7 +234,7 @@ def matmul_kernel(
             c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
             a_rows, b_cols, K, first, last, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, MASK_M,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, SHORT_A_ROWS > 0,
         )
     if ATOMIC_SPLIT:
         add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)

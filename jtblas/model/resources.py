@@ -112,7 +112,7 @@ def k_from_indices(problem: Problem) -> bool:
 
 
 def masks_short_a(problem: Problem, config: Config) -> bool:
-    """Whether the kernel masks A's rows past M instead of wrapping them (`matmul_kernel`'s MASK_M):
+    """Whether the kernel masks A's rows past M instead of wrapping them (`matmul_kernel`'s SHORT_A_ROWS):
     where all of A is shorter than a tile (M < block_m) and its rows are K-contiguous (not
     transpose_a; a mask along M-contiguous rows would narrow the loads). Wrapped, A's few rows were
     loaded block_m / M times per step by every program at the same K; masked rows cost no load."""
