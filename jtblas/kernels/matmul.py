@@ -178,10 +178,10 @@ def matmul_kernel(
     K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
     SHORT_A_ROWS: 0, or M where all of A is shorter than a tile (M < BLOCK_M, one tile row): A's
     rows past it are masked, not wrapped (`reduce_k_blocks`). A compile-time constant, so is the
-    row mask: with M a run-time value the compiler re-derived the masked copies' predicates in
-    every K step (M = 1: 284 instructions and 180 registers in the K loop of a 16x64x256 2-warp
-    tile against 275 and 159 at M = 4, whose M jax-triton happened to specialise; the M = 1 and 2
-    products streamed 10-20% slower than M = 4 on the H200, BENCHMARKS.md session 14).
+    row mask: compared with the run-time M − pid_m·BLOCK_M, the masked copies' predicates were
+    re-derived in every K step at some M (M = 1: 284 instructions and 180 registers in the K loop
+    of a 16x64x256 2-warp tile, against 275 and 158 at M = 4; M = 1 and 2 streamed 8-24% slower
+    than M = 4 and 16 on the H200, BENCHMARKS.md session 14).
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does
