@@ -267,6 +267,36 @@ def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
     assert loops[1][0]["HMMA"] == loops[16][0]["HMMA"] > 0
 
 
+def test_short_a_mask_adds_no_per_step_work(tmp_path):
+    """A decode tile's row mask is a compile-time constant (`matmul_kernel`'s SHORT_A_ROWS): the
+    K loop of a 16x64x256 2-warp tile at M = 1 and 3 (A's rows masked) holds no more predicate
+    work and registers than at M = 16 (no mask), give or take a few. When the mask compared rows
+    with the run-time M, the loop re-derived it every step: 14 ISETP + 9 SEL more and 180
+    registers against 160 (H200 SASS, BENCHMARKS.md session 14), and M = 1 streamed 8-24% slower."""
+    import importlib.util
+
+    from tests.reference import require_jax_triton
+
+    require_jax_triton()
+    spec = importlib.util.spec_from_file_location("sass_stats", REPO / "benchmarks" / "sass_stats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = Config.from_short("16x64x256 w2 s5 g1")
+    predicates, registers = {}, {}
+    for m in (1, 3, 16):
+        directory = tmp_path / str(m)
+        directory.mkdir()
+        kernels = module.lowered_ptx(m, 512, 2048, layout="NN", dtype="bfloat16", config=config,
+                                     compute_capability=90, directory=directory)
+        report, sass = module.assemble(kernels["matmul_kernel"], "matmul_kernel", 90, directory)
+        (loop,) = [loop for loop in module.loop_mixes(sass) if loop.get("HMMA")]
+        predicates[m] = loop.get("ISETP", 0) + loop.get("SEL", 0)
+        registers[m] = int(re.search(r"Used (\d+) registers", report).group(1))
+    for m in (1, 3):
+        assert predicates[m] <= predicates[16] + 6, predicates
+        assert registers[m] <= registers[16] + 8, registers
+
+
 # ------------------------------------------------------------------------------ oracle
 
 
