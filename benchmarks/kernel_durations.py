@@ -26,11 +26,11 @@ import time
 import jax
 import jax.numpy as jnp
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import jtblas
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from jax_timeline import timeline  # noqa: E402
 from mlp_gemms import gemms, jtblas_product, xla_product  # noqa: E402
 
 
@@ -42,23 +42,22 @@ def wait(result) -> None:
 
 
 def device_seconds_per_call(run, calls: int, warm_s: float) -> tuple[float, int]:
-    """Device seconds per product while `run` is called `calls` times: the sum of every CUDA
-    kernel's duration ÷ the number of the main kernel's records (the kernel name with the largest
-    total), and that number. Counting the main kernel rather than the calls keeps a record the
-    profiler missed from lowering the time (seen with JAX's asynchronous dispatch)."""
+    """Device seconds per product while `run` is called `calls` times (`jax_timeline.timeline`'s
+    CUPTI records): every kernel's summed time ÷ the records of the main kernel (the one with the
+    largest total), and that count, which checks that each call was recorded once."""
     end = time.perf_counter() + warm_s
     while time.perf_counter() < end:
         wait(run())
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+    def batch() -> None:
         for _ in range(calls):
             result = run()
         wait(result)
-    by_name: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type.name == "CUDA":
-            by_name.setdefault(event.name, []).append(event.device_time_total * 1e-6)
-    main_kernel = max(by_name.values(), key=sum)
-    return sum(map(sum, by_name.values())) / len(main_kernel), len(main_kernel)
+
+    kernels = timeline(torch, batch, calls)["kernels"]
+    main_kernel = max(kernels.values(), key=lambda k: k["count"] * k["us_each"])
+    busy_us = sum(k["count"] * k["us_each"] for k in kernels.values())
+    return busy_us * 1e-6 / main_kernel["count"], main_kernel["count"]
 
 
 def measure_gemm(name: str, a_shape, b_shape, ta: bool, tb: bool, mnk: tuple[int, int, int],

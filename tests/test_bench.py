@@ -237,10 +237,8 @@ def test_matmul_vs_xla_loop_carries_the_whole_product():
     assert float(checksum) == pytest.approx(3 * expected[0, 0], rel=1e-5)
 
 
-def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
-    """benchmarks/sass_stats.py: jax-triton's real CUDA compile of a forced decode config, assembled
-    and disassembled by Triton's tools on any machine; the K loop is found, with its async copies
-    and tensor-core instructions, at M = 1 (A's rows masked) and M = 16 alike."""
+def sass_stats_module():
+    """benchmarks/sass_stats.py as a module (it lowers through jax-triton: skipped without it)."""
     import importlib.util
 
     from tests.reference import require_jax_triton
@@ -249,6 +247,14 @@ def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
     spec = importlib.util.spec_from_file_location("sass_stats", REPO / "benchmarks" / "sass_stats.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
+    """benchmarks/sass_stats.py: jax-triton's real CUDA compile of a forced decode config, assembled
+    and disassembled by Triton's tools on any machine; the K loop is found, with its async copies
+    and tensor-core instructions, at M = 1 (A's rows masked) and M = 16 alike."""
+    module = sass_stats_module()
     config = Config.from_short("16x64x128 w4 s3 g1")
     loops = {}
     for m in (1, 16):
@@ -273,14 +279,7 @@ def test_short_a_mask_adds_no_per_step_work(tmp_path):
     work and registers than at M = 16 (no mask), give or take a few. When the mask compared rows
     with the run-time M, the loop re-derived it every step: 14 ISETP + 9 SEL more and 180
     registers against 160 (H200 SASS, BENCHMARKS.md session 14), and M = 1 streamed 8-24% slower."""
-    import importlib.util
-
-    from tests.reference import require_jax_triton
-
-    require_jax_triton()
-    spec = importlib.util.spec_from_file_location("sass_stats", REPO / "benchmarks" / "sass_stats.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = sass_stats_module()
     config = Config.from_short("16x64x256 w2 s5 g1")
     predicates, registers = {}, {}
     for m in (1, 3, 16):

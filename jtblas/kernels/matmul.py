@@ -27,14 +27,14 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 def tile_bases(
     a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
-    MASK_M: tl.constexpr = False,
+    SHORT_A_ROWS: tl.constexpr = 0,
 ):
     """Pointers to the tile's A rows ([BLOCK_M, 1]) and B columns ([1, BLOCK_N]) at K = 0.
-    MASK_M: the rows past M are not wrapped; `reduce_k_blocks` masks them instead."""
+    SHORT_A_ROWS > 0: the rows past M are not wrapped; `reduce_k_blocks` masks them instead."""
     # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
     # the store is masked, so wrapped values are never written.
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if not MASK_M:
+    if SHORT_A_ROWS == 0:
         offs_m = offs_m % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     # What the hints may claim: the wrap happens at multiples of M (N), so runs of M_UNIT (N_UNIT)
@@ -51,11 +51,11 @@ def reduce_k_blocks(
     a_rows, b_cols, K, first, last, stride_ak, stride_bk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr, INDEX_64: tl.constexpr,
-    K_FROM_INDICES: tl.constexpr, rows_left=0, MASK_M: tl.constexpr = False,
+    K_FROM_INDICES: tl.constexpr, SHORT_A_ROWS: tl.constexpr = 0,
 ):
     """The fp32 sum over K blocks [first, last) of A·B, from the tile's row and column pointers
-    (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros. MASK_M: only the tile's
-    first `rows_left` rows of A are loaded, the others are zeros (set where the whole of A is
+    (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros. SHORT_A_ROWS > 0: only
+    the tile's first SHORT_A_ROWS rows of A are loaded, the others are zeros (set where the whole of A is
     shorter than a tile: wrapped, its few rows were loaded BLOCK_M / M times over, by every
     program at the same K, and M = 1 products streamed B 5-15% slower than M = 16 ones with the
     same config on the H200, BENCHMARKS.md session 10).
@@ -67,7 +67,7 @@ def reduce_k_blocks(
     """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k = tl.arange(0, BLOCK_K)
-    a_row_mask = tl.arange(0, BLOCK_M)[:, None] < rows_left  # used only with MASK_M
+    a_row_mask = tl.arange(0, BLOCK_M)[:, None] < SHORT_A_ROWS  # used only where SHORT_A_ROWS > 0
     if not K_FROM_INDICES:
         a_ptrs = a_rows + offs_k[None, :] * stride_ak
         b_ptrs = b_cols + offs_k[:, None] * stride_bk
@@ -82,7 +82,7 @@ def reduce_k_blocks(
             a_ptrs = a_rows + ks[None, :] * stride_ak
             b_ptrs = b_cols + ks[:, None] * stride_bk
         if EVEN_K:
-            if MASK_M:
+            if SHORT_A_ROWS > 0:
                 a = tl.load(a_ptrs, mask=a_row_mask, other=0.0)
             else:
                 a = tl.load(a_ptrs)
@@ -90,7 +90,7 @@ def reduce_k_blocks(
         else:
             k_left = K - k * BLOCK_K
             a_mask = offs_k[None, :] < k_left
-            if MASK_M:
+            if SHORT_A_ROWS > 0:
                 a_mask = a_mask & a_row_mask
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
@@ -210,14 +210,13 @@ def matmul_kernel(
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
     a_rows, b_cols = tile_bases(
-        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS > 0,
+        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS,
     )
-    rows_left = SHORT_A_ROWS  # used only where SHORT_A_ROWS > 0
     k_blocks = tl.cdiv(K, BLOCK_K)
     if SPLIT_K == 1:
         acc = reduce_k_blocks(
             a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, SHORT_A_ROWS > 0,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS,
         )
     else:
         # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
@@ -234,7 +233,7 @@ def matmul_kernel(
             c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
             a_rows, b_cols, K, first, last, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, rows_left, SHORT_A_ROWS > 0,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS,
         )
     if ATOMIC_SPLIT:
         add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
