@@ -1,7 +1,7 @@
 """Decode products (M ≤ 16) on the GPU: how close a wider tiled-kernel space gets to a copy.
 
     python benchmarks/decode_space.py 1x4096x14336,16x3584x18944 out.json [--space wide|deep]
-                                                                        (WORKERS=16 by default)
+                                                            [--top N]   (WORKERS=16 by default)
 
 The model's search space splits K only for tiles of at least 64x64 and runs 4 or 8 warps. This
 probe times, per shape, the union of `jtblas.candidates()` and a wider decode space — 16-row tiles,
@@ -15,7 +15,8 @@ the model should offer (BENCHMARKS.md, session 4).
 `--space deep` (session 9) times instead the model's pick and 16-row tiles with deep K steps and
 many programs: block_n 32-128, block_k 128-512, 2/4 warps, 1-3 stages, split-K 1-32 down to one
 K block per split, grids up to 8 programs per SM (XLA's own decode GEMMs split K 8 ways over
-16x64 tiles, 4 warps, 3 stages).
+16x64 tiles, 4 warps, 3 stages). `--top N` adds the model's N best-ranked candidates to either
+space (how far down its own ranking the best config sits).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 
 from jtblas import hardware, model
 from jtblas.config import Config, Problem
-from jtblas.model import resources
+from jtblas.model import resources, select
 
 # Per space: block_n, block_k, warps, stages, splits; programs per SM at most; K blocks per split.
 SPACES = {
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("shapes")
     parser.add_argument("out")
     parser.add_argument("--space", choices=sorted(SPACES), default="wide")
+    parser.add_argument("--top", type=int, default=0, help="also time the model's N best-ranked candidates")
     args = parser.parse_args(argv)
     hw = hardware.detect()
     props = torch.cuda.get_device_properties(0)
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     for problem in problems:
         others = (list(model.candidates_for_problem(problem, hw)) if SPACES[args.space]["with_candidates"]
                   else [model.plan_for_problem(problem, hw).config])
+        others += [estimate.config for estimate in select.rank(problem, hw)[:args.top]]
         configs = list(dict.fromkeys(decode_space(problem, hw, args.space) + others))
         for config in configs:
             compiler.submit(problem, config)

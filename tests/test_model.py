@@ -318,3 +318,25 @@ def test_two_warps_only_for_16_row_tiles():
     reasons = model.rejection_reasons(jtblas.Config(block_m=32, block_n=64, block_k=256, num_warps=2, num_stages=4),
                                       jtblas.Problem(m=64, n=4096, k=4096), hardware.H200)
     assert any("2 warps" in reason for reason in reasons)
+
+
+def test_one_mma_tall_warps_alone_take_turns():
+    """A 16-row mma.sync tile of at most 4 warps runs its MMAs and shared-memory reads one after
+    the other in its own K step (the latency chain), not in the SM's resource step; wgmma tiles
+    and taller warp tiles overlap them. Long-K decode products split so that more SMs stream."""
+    hw = hardware.H200
+    decode = Problem(m=1, n=3584, k=18944)
+    lone = cost.estimate(Config(block_m=16, block_n=64, block_k=256, num_warps=2, num_stages=5), decode, hw)
+    assert lone.step == pytest.approx(max(lone.step_mma, lone.step_smem, lone.step_load) + lone.step_overhead)
+    assert lone.step_chain == pytest.approx(max(lone.step_mma + lone.step_smem, lone.step_load)
+                                            + lone.step_overhead)
+    assert lone.step_chain > lone.step and lone.bound == "mma+smem"
+    assert lone.sm_latency > lone.k_steps * lone.step_chain
+    wgmma = cost.estimate(Config(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=5), decode, hw)
+    assert wgmma.step_chain == wgmma.step
+    tall = Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3)
+    assert not cost.mma_and_smem_take_turns(tall, Problem(m=4096, n=4096, k=4096), hardware.A100)
+    eight = Config(block_m=16, block_n=256, block_k=64, num_warps=8, num_stages=3)
+    assert not cost.mma_and_smem_take_turns(eight, decode, hw)
+    assert jtblas.select(1, 3584, 18944, dtype="bf16", hardware="h200").split_k > 1
+    assert jtblas.select(16, 4096, 4096, dtype="bf16", hardware="h200").split_k == 1

@@ -11,9 +11,11 @@ and stores its tile once. `estimate` predicts its time as
     memory_seconds = max(dram_bytes / DRAM bandwidth, l2_bytes / L2 bandwidth) + first-load latency
 
     tile_throughput = k_steps · step_seconds + epilogue_seconds
-    tile_latency    = fill_seconds + max(k_steps · step_seconds, (k_steps − 1) · latency / loads_in_flight)
+    tile_latency    = fill_seconds + max(k_steps · step_chain, (k_steps − 1) · latency / loads_in_flight)
                       + epilogue_seconds
     step_seconds    = max(mma, shared-memory traffic, load port) + loop overhead     (one K step)
+    step_chain      = step_seconds, or max(mma + shared-memory traffic, load port) + loop overhead
+                      for an mma.sync program of at most one warp per scheduler (they take turns)
 
 `tiles_per_sm = ceil(tiles / SMs)` is the wave quantization (the busiest SM does that many tiles;
 with several programs per SM they share its tensor cores, shared memory and load port, so the
@@ -106,6 +108,10 @@ class Constants:
         128x256x64 w8 s4 runs 0-8% faster than the pointer kernel on products of 190 µs and more
         (e.g. 4096³ NN 1.037x, 8192x14336x4096 NN 1.08x, 4096x14336x8192 TN 1.015x); half of 32
         clocks is 1.3% of that tile's K step. Calibration.
+      warp_schedulers_per_sm: warp schedulers (SM sub-partitions) per SM: 4 since Volta (NVIDIA
+        Hopper and Ampere architecture whitepapers). An mma.sync program of at most this many
+        warps has one warp per scheduler, whose MMAs and shared-memory reads take turns
+        (`mma_and_smem_take_turns`).
       tma_setup_seconds: what the TMA kernel costs a launch more than the pointer kernel: its
         descriptors' global scratch and the three descriptors each program writes and fences
         before its first copy. Measured on the H200 through JAX
@@ -125,6 +131,7 @@ class Constants:
     line_bytes: int = 128
     swizzle_bytes: int = 128
     k_major_b_efficiency: float = 0.8
+    warp_schedulers_per_sm: int = 4
 
 
 DEFAULT_CONSTANTS = Constants()
@@ -138,8 +145,11 @@ class Estimate:
     (occupancy), waves (= ceil(tiles / (SMs · programs_per_sm))), active_sms, k_steps,
     padding_waste (fraction of the padded MMA work outside the problem), uses_wgmma.
     One K step of one program: step_mma, step_smem, step_load, step_overhead, step (= max of the
-    first three + overhead), step_latency (= latency / loads_in_flight: the least time per step
-    that the pipeline's loads in flight allow).
+    first three + overhead: what it takes of its SM's resources), step_chain (its own time: step,
+    or with MMA + shared memory in place of their max where its warps take turns between the two,
+    `mma_and_smem_take_turns`),
+    step_latency (= latency / loads_in_flight: the least time per step that the pipeline's loads
+    in flight allow).
     One tile: fill (first stage's latency and bytes), epilogue (store of the C tile),
     tile_throughput, tile_latency.
     Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
@@ -165,6 +175,7 @@ class Estimate:
     step_load: float
     step_overhead: float
     step: float
+    step_chain: float
     step_latency: float
     fill: float
     epilogue: float
@@ -196,16 +207,20 @@ class Estimate:
     def bound(self) -> str:
         """What limits this config, in a word: launch, dram, l2 (memory system); latency (too
         few loads in flight per K step), fill (per-tile pipeline fill and epilogue, longer than
-        the K loop, that no other program overlaps); compute, smem, load-port (the busiest SM's per-step resources)."""
+        the K loop, that no other program overlaps); mma+smem (one program's warps take turns between
+        MMAs and shared-memory reads, `mma_and_smem_take_turns`); compute, smem, load-port (the busiest
+        SM's per-step resources)."""
         if self.launch >= max(self.sm, self.memory):
             return "launch"
         if self.memory >= self.sm:
             return "dram" if self.dram >= self.l2 else "l2"
         if self.sm_latency > self.sm_throughput:
-            if self.step_latency > self.step:
+            if self.step_latency > self.step_chain:
                 return "latency"
-            if self.fill + self.epilogue > self.k_steps * self.step:
+            if self.fill + self.epilogue > self.k_steps * self.step_chain:
                 return "fill"
+            if self.step_chain > self.step:
+                return "mma+smem"
         parts = {"compute": self.step_mma, "smem": self.step_smem, "load-port": self.step_load}
         return max(parts, key=parts.get)
 
@@ -241,6 +256,29 @@ def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int
     session 4 mma.sync tiles were given num_stages − 1.
     """
     return max(1, config.num_stages - 2)
+
+
+def mma_and_smem_take_turns(config: Config, problem: Problem, hardware: Hardware,
+                            constants: Constants = DEFAULT_CONSTANTS) -> bool:
+    """True when one program's warps run their MMAs and shared-memory reads one after the other:
+    an mma.sync tile (wgmma reads its operands from shared memory inside the tensor core) whose
+    warps are one MMA tall (16 rows each) and alone on their schedulers (at most one per scheduler).
+
+    mma.sync warps load each HMMA's fragments from shared memory themselves (ldmatrix) and the
+    HMMA waits for them. A warp 16 rows tall issues about one ldmatrix per HMMA and has only
+    block_n / 8 / warps_n independent HMMAs (2-4 in the decode tiles) to cover a load; with no
+    other warp of its program on its scheduler, nothing fills the wait. (Co-resident programs
+    still overlap each other: the latency term runs them side by side and the throughput term
+    shares the SM's pipes; taller warp tiles, e.g. 64x64 per warp on the A100, have 32 HMMAs per
+    k16 step to hide their loads behind.) Measured on the H200 (BENCHMARKS.md, session 15;
+    decode products, one program per SM, not DRAM-bound), ns per K step against the model with
+    the pipes overlapped / taking turns: 16x64x256 w2 495-500 against 419 / 554, 16x64x256 w4
+    642 against 492 / 627, 16x128x256 w4 1017-1048 against 784 / 1054.
+    """
+    if resources.uses_wgmma(config, problem, hardware) or config.num_warps > constants.warp_schedulers_per_sm:
+        return False
+    warps_m, _ = resources.warp_grid(config, problem, hardware)
+    return config.block_m // warps_m <= resources.MMA_ROWS
 
 
 def vector_bytes(problem: Problem, config: Config, operand: str,
@@ -385,6 +423,8 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     step_overhead = (constants.tma_k_step_overhead_clocks if config.tma
                      else constants.k_step_overhead_clocks) / clock
     step = max(step_mma, step_smem, step_load) + step_overhead
+    step_chain = (max(step_mma + step_smem, step_load) + step_overhead
+                  if mma_and_smem_take_turns(config, problem, hardware, constants) else step)
     latency = constants.memory_latency_seconds
     step_latency = latency / loads_in_flight(config, problem, hardware)
 
@@ -395,7 +435,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     c_tile = bm * bn * stored_bytes
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile / load_port
     tile_throughput = k_steps * step + epilogue
-    loop_latency = max(k_steps * step, (k_steps - 1) * step_latency)
+    loop_latency = max(k_steps * step_chain, (k_steps - 1) * step_latency)
     tile_latency = fill + loop_latency + epilogue
 
     sm_throughput = tiles_per_sm * tile_throughput
@@ -424,7 +464,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
         waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste,
         uses_wgmma=resources.uses_wgmma(config, problem, hardware),
         step_mma=step_mma, step_smem=step_smem, step_load=step_load, step_overhead=step_overhead,
-        step=step, step_latency=step_latency, fill=fill, epilogue=epilogue,
+        step=step, step_chain=step_chain, step_latency=step_latency, fill=fill, epilogue=epilogue,
         tile_throughput=tile_throughput, tile_latency=tile_latency,
         sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
         dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,
@@ -458,5 +498,5 @@ def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
 
 
 __all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "predicted_seconds",
-           "mma_seconds_per_flop", "loads_in_flight", "vector_bytes", "swizzle_efficiency",
-           "dram_operand_bytes", "reduction_seconds"]
+           "mma_seconds_per_flop", "loads_in_flight", "mma_and_smem_take_turns", "vector_bytes",
+           "swizzle_efficiency", "dram_operand_bytes", "reduction_seconds"]

@@ -168,6 +168,8 @@ REGISTER_ALLOCATION_UNIT = 8
 # wgmma only when block_m % 64 == 0 and num_warps % 4 == 0 (AccelerateMatmul, `supportMMA(.., 3)`),
 # and to the older mma.sync (or FMA for fp32 with input_precision="ieee") otherwise.
 WGMMA_ROWS = 64
+# Rows of one mma.sync instruction (m16n8k16 for 16-bit operands; PTX ISA, "Matrix shape").
+MMA_ROWS = 16
 
 
 def uses_wgmma(config: Config, problem: Problem, hardware: Hardware) -> bool:

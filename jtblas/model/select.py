@@ -223,6 +223,10 @@ def _bound_words(e: cost.Estimate) -> str:
         return (f"bound by per-tile pipeline fill and epilogue ({_us(e.fill + e.epilogue)} per tile, "
                 f"{e.programs_per_sm} program(s) per SM to overlap them; K steps "
                 f"{e.step * 1e9:.0f} ns each)")
+    if bound == "mma+smem":
+        return (f"bound by its warps taking turns between MMAs and shared-memory reads (one 16-row "
+                f"warp per scheduler: {e.step_chain * 1e9:.0f} ns per K step, the SM's pipes "
+                f"{e.step * 1e9:.0f} ns; {e.programs_per_sm} program(s) per SM to overlap)")
     unit = "wgmma" if e.uses_wgmma else "mma.sync/FMA"
     text = (f"{bound}-bound on {unit} (per K step: MMA {e.step_mma * 1e9:.0f} ns, shared memory "
             f"{e.step_smem * 1e9:.0f} ns, loads {e.step_load * 1e9:.0f} ns; busiest SM {_us(e.sm)}")
