@@ -15,7 +15,7 @@ and stores its tile once. `estimate` predicts its time as
                       + epilogue_seconds
     step_seconds    = max(mma, shared-memory traffic, load port) + loop overhead     (one K step)
     step_chain      = step_seconds, or max(mma + shared-memory traffic, load port) + loop overhead
-                      for an mma.sync program of at most one warp per scheduler (they take turns)
+                      where an mma.sync program's 16-row warps are alone on their schedulers
 
 `tiles_per_sm = ceil(tiles / SMs)` is the wave quantization (the busiest SM does that many tiles;
 with several programs per SM they share its tensor cores, shared memory and load port, so the
@@ -110,7 +110,7 @@ class Constants:
         clocks is 1.3% of that tile's K step. Calibration.
       warp_schedulers_per_sm: warp schedulers (SM sub-partitions) per SM: 4 since Volta (NVIDIA
         Hopper and Ampere architecture whitepapers). An mma.sync program of at most this many
-        warps has one warp per scheduler, whose MMAs and shared-memory reads take turns
+        16-row warps has one per scheduler, and their MMAs and shared-memory reads take turns
         (`mma_and_smem_take_turns`).
       tma_setup_seconds: what the TMA kernel costs a launch more than the pointer kernel: its
         descriptors' global scratch and the three descriptors each program writes and fences
@@ -145,11 +145,10 @@ class Estimate:
     (occupancy), waves (= ceil(tiles / (SMs · programs_per_sm))), active_sms, k_steps,
     padding_waste (fraction of the padded MMA work outside the problem), uses_wgmma.
     One K step of one program: step_mma, step_smem, step_load, step_overhead, step (= max of the
-    first three + overhead: what it takes of its SM's resources), step_chain (its own time: step,
-    or with MMA + shared memory in place of their max where its warps take turns between the two,
-    `mma_and_smem_take_turns`),
-    step_latency (= latency / loads_in_flight: the least time per step that the pipeline's loads
-    in flight allow).
+    first three + overhead: what it takes of its SM's resources), step_chain (the program's own
+    time per step: step, or MMA + shared memory in place of their max where its warps take turns
+    between the two, `mma_and_smem_take_turns`), step_latency (= latency / loads_in_flight: the
+    least time per step that the pipeline's loads in flight allow).
     One tile: fill (first stage's latency and bytes), epilogue (store of the C tile),
     tile_throughput, tile_latency.
     Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
