@@ -759,3 +759,7 @@ def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
     for text in ("128x256x64 w8 s3", "128x256x64 w8 s3 g8 k2 tma", "128x256 w8 s3 g8"):
         with pytest.raises(ValueError, match="from_short|tma needs split_k=1"):
             Config.from_short(text)
+    with pytest.raises(SystemExit):  # --configs times the named shapes only
+        module.main(["--configs", "128x256x64 w8 s3 g8"])
+    with pytest.raises(ValueError, match="from_short"):  # a bad config fails before any timing
+        module.time_configs(["64x64x128 bfloat16 NN"], ["64x64 w4 s3 g1"], rounds=1)
