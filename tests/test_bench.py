@@ -763,3 +763,30 @@ def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
         module.main(["--configs", "128x256x64 w8 s3 g8"])
     with pytest.raises(ValueError, match="from_short"):  # a bad config fails before any timing
         module.time_configs(["64x64x128 bfloat16 NN"], ["64x64 w4 s3 g1"], rounds=1)
+
+
+def test_ab_rank_counts_pairs_the_model_orders_as_measured(tmp_path):
+    """benchmarks/ab_rank.py: a pair of configs timed apart by more than the margin counts as
+    ordered by the model when its pick is the faster one, and is listed when it is the slower;
+    closer pairs and XLA's times are left out."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ab_rank", REPO / "benchmarks" / "ab_rank.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from jtblas import hardware, select
+
+    key = "4096x4096x4096 bfloat16 NN"
+    pick = select(4096, 4096, 4096, dtype="bf16", hardware="h200").short()
+    worse = "64x64x64 w4 s3 g8"
+    for pick_s, worse_s, agree, wrong in ((1.0e-4, 1.2e-4, 1, 0), (1.2e-4, 1.0e-4, 0, 1), (1.0e-4, 1.01e-4, 0, 0)):
+        path = tmp_path / "ab.json"
+        rows = [dict(shape=key, before=pick, after=worse,
+                     seconds=dict(before=[pick_s, pick_s * 1.002], after=[worse_s], xla=[1e-9]))]
+        path.write_text(json.dumps(dict(rows=rows)))
+        timings = module.load_timings([str(path)])
+        assert set(timings[key]) == {pick, worse}
+        counted, listed = module.compare(timings, hardware.H200, margin=0.03)
+        assert (counted, len(listed)) == (agree, wrong)
+        if listed:
+            assert listed[0][2:] == (worse, pick) and listed[0][0] > 1.15
