@@ -27,6 +27,9 @@ from jtblas import hardware as hardware_lib
 from jtblas.config import Config, Problem
 from jtblas.model import cost, select
 
+sys.path.insert(0, str(Path(__file__).parent))
+from pick_ab import shape_from_key  # noqa: E402
+
 
 def load_timings(paths: list[str]) -> dict[str, dict[str, float]]:
     """{shape key: {config name: median seconds}} over the files (medians of the files' medians
@@ -43,16 +46,9 @@ def load_timings(paths: list[str]) -> dict[str, dict[str, float]]:
             for key, configs in medians.items()}
 
 
-def problem_from_key(key: str) -> Problem:
-    size, dtype, layout = key.split()
-    m, n, k = (int(v) for v in size.split("x"))
-    return Problem(m=m, n=n, k=k, dtype=dtype, out_dtype=dtype, transpose_a=layout[0] == "T",
-                   transpose_b=layout[1] == "T")
-
-
-def model_order(problem: Problem, names: list[str], hardware) -> dict[str, tuple[int, float]]:
-    """Sort key of each named config: its place in `select.rank` (tie-breaks included), then its
-    predicted seconds; configs outside the candidates come after the ranked ones they tie with."""
+def model_order(problem: Problem, names: list[str], hardware) -> dict[str, tuple[float, int]]:
+    """Sort key of each named config: its predicted seconds, then its place in `select.rank` (the
+    model's tie-breaks); configs outside the candidates come after the ranked ones they tie with."""
     ranked = {e.config.short(): place for place, e in enumerate(select.rank(problem, hardware))}
     constants = hardware.model_constants()
     keys = {}
@@ -67,7 +63,7 @@ def compare(timings: dict[str, dict[str, float]], hardware, margin: float) -> tu
     orders the other way])."""
     agree, wrong = 0, []
     for key, configs in timings.items():
-        order = model_order(problem_from_key(key), list(configs), hardware)
+        order = model_order(shape_from_key(key).problem(), list(configs), hardware)
         for first, second in itertools.combinations(configs, 2):
             faster, slower = sorted((first, second), key=configs.get)
             ratio = configs[slower] / configs[faster]
