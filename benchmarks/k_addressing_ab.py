@@ -8,10 +8,13 @@ indices (`K_FROM_INDICES`, chosen by `jtblas.model.resources.k_from_indices`, by
 the CPU (`benchmarks/sass_stats.py`), the carried form of 16x32x256 w2 s4 at M = 1 and 8 (A's
 rows masked, half or more of its copies constant zero-fills) compiles to 96 registers and sends
 every copy's address through one register pair (`IADD3 R24 ...; LDGSTS ... [R24.64]` 21 times per
-K step), so each copy waits for the previous one to read its address; at M = 15 and 16 and in the
-indexed form the addresses spread over 10-12 registers. This probe times both forms of each case
-in the bench's slope loop, interleaved rounds (the form is switched while each is compiled).
-Not run on the GPU yet (no device time was left in session 15).
+K step), which looked as if each copy waited for the previous one to read its address; at M = 15
+and 16 and in the indexed form the addresses spread over 10-12 registers. This probe times both
+forms of each case in the bench's slope loop, interleaved rounds (the form is switched while each
+is compiled). Run in session 16 (`k_addressing.json`): the two forms were within 3% of each other
+in 12 of 13 cases (16x32x256 w2 s4 at M = 1 / 8 / 16 x 4096x4096: indexed ÷ carried speed 1.005 /
+0.996 / 0.991; the exception, 16x32x512 w2 s3 at 1x3584x3584, 1.061), so the funnelled addresses
+are not why those tiles are slow at M <= 8 (BENCHMARKS.md).
 """
 
 from __future__ import annotations
