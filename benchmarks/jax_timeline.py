@@ -1,14 +1,16 @@
 """The GPU timeline of jtblas.matmul and XLA's dot inside jax.jit: kernels, their times, the gaps
 
     python benchmarks/jax_timeline.py [--shapes 128x128x32768,1024x1024x32768:NT,...] [--iterations 20]
-        [--json FILE]
+        [--config "16x32x256 w2 s4 g1"] [--json FILE]
 
 For each M x N x K[:layout] (bf16) shape, runs the benchmark's jitted slope loop (`jtblas bench`'s
 `loop_function`: every operand set once per iteration, chained through A[0, 0]) once under
 `torch.profiler`, whose CUPTI records every kernel of the process, XLA's too. Prints per
 iteration the span from the first kernel's start to the last one's end, the kernels' summed
 time, the median gap between consecutive kernels, and the costliest kernels; checks the last
-iteration's products against XLA's (max |jtblas − XLA| / max |XLA|).
+iteration's products against XLA's (max |jtblas − XLA| / max |XLA|). jtblas runs the model's
+plan, or `--config` on every shape (e.g. one tile at M = 1, 2, 3, ... to compare the kernel's own
+duration by M, BENCHMARKS.md session 16).
 
 A span well above the kernels' sum with gaps of microseconds means launches from the host
 between CUDA graph segments (BENCHMARKS.md, session 8: jax-triton's legacy custom call);
@@ -60,7 +62,7 @@ def timeline(torch, run, iterations: int) -> dict:
     )
 
 
-def probe_shape(torch, text: str, iterations: int) -> dict:
+def probe_shape(torch, text: str, iterations: int, config=None) -> dict:
     import jax
     import numpy as np
 
@@ -69,9 +71,9 @@ def probe_shape(torch, text: str, iterations: int) -> dict:
     shape = parse_shape(text)
     sets = contenders.operand_sets(shape.bytes_moved, torch.cuda.get_device_properties(0).L2_cache_size)
     as_, bs = contenders.jax_operands(shape, sets)
-    row = dict(shape=text, operand_sets=sets, iterations=iterations)
+    row = dict(shape=text, operand_sets=sets, iterations=iterations, config=config.short() if config else "model")
     outputs = {}
-    for name, dot in (("jtblas", contenders.jtblas_dot(shape, None)), ("xla", contenders.xla_dot(shape))):
+    for name, dot in (("jtblas", contenders.jtblas_dot(shape, config)), ("xla", contenders.xla_dot(shape))):
         loop = jax.jit(contenders.loop_function(dot, iterations))
         outputs[name] = jax.block_until_ready(loop(as_, bs))  # compiled and warm
         row[name] = timeline(torch, lambda loop=loop: jax.block_until_ready(loop(as_, bs)), iterations)
@@ -86,11 +88,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES)
     parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--config", default=None, help="a forced config for every shape (default: the model's plan)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    from jtblas.config import Config
+
+    config = Config.from_short(args.config) if args.config else None
     rows = []
     for text in args.shapes.split(","):
-        row = probe_shape(torch, text, args.iterations)
+        row = probe_shape(torch, text, args.iterations, config)
         rows.append(row)
         for name in ("jtblas", "xla"):
             t = row[name]
