@@ -26,6 +26,12 @@ TMA_CONFIGS = [
     jtblas.Config(block_m=64, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=3, tma=True),
     jtblas.Config(block_m=64, block_n=256, block_k=16, group_m=1, num_warps=4, num_stages=3, tma=True),  # halves
 ]
+# Tiles Triton lowers to mma.sync (fewer than 64 rows, or not a warpgroup's warps): the kernel runs
+# them, the model does not offer them (`candidates._tma_candidates`).
+MMA_SYNC_TMA_CONFIGS = [
+    jtblas.Config(block_m=16, block_n=64, block_k=64, group_m=1, num_warps=2, num_stages=3, tma=True),
+    jtblas.Config(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=2, tma=True),
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -36,6 +42,34 @@ def test_tma_kernel_matches_float64(backend, dtype, transpose_a, transpose_b, m,
     config = TMA_CONFIGS[(m + n + k) % len(TMA_CONFIGS)]
     check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
                   backend, rng, m, n, k, dtype, transpose_a, transpose_b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("m,n,k", [(1, 72, 40), (3, 136, 88), (16, 64, 64), (40, 200, 24)])
+@pytest.mark.parametrize("config", MMA_SYNC_TMA_CONFIGS, ids=lambda c: c.short())
+def test_tma_kernel_runs_mma_sync_tiles(backend, config, transpose_a, transpose_b, m, n, k, rng):
+    """16- and 32-row tiles on the TMA kernel, decode rows (M = 1, 3) included: the copy engine
+    zero-fills A's rows past M and clips C's. A stored transposed ([K, M]) needs 16-byte rows,
+    so M = 1 and 3 run with A as used."""
+    if transpose_a and m % 8:
+        pytest.skip("a [K, M] A with M < 8 has rows TMA cannot address (not a multiple of 16 bytes)")
+    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
+                  backend, rng, m, n, k, "bfloat16", transpose_a, transpose_b)
+
+
+def test_model_offers_tma_twins_of_wgmma_tiles_only():
+    """The model's TMA candidates are wgmma tiles (the TMA terms were measured on those); the
+    mma.sync tiles it offers on the pointer kernel have no TMA twin, at decode sizes too."""
+    for m, n, k in ((1, 4096, 4096), (16, 3584, 3584), (4096, 4096, 4096)):
+        problem = Problem(m=m, n=n, k=k)
+        configs = jtblas.candidates(m, n, k, hardware="h200")
+        assert any(c.tma for c in configs)
+        assert all(resources.uses_wgmma(c, problem, hardware.H200) for c in configs if c.tma)
+        mma_sync = [c for c in configs if c.split_k == 1 and not resources.uses_wgmma(c, problem, hardware.H200)]
+        assert bool(mma_sync) == (m < 64)
+        assert not set(dataclasses.replace(c, tma=True) for c in mma_sync) & set(configs)
+        assert not resources.tma_errors(MMA_SYNC_TMA_CONFIGS[0], problem, hardware.H200)  # runs, if forced
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -54,28 +88,37 @@ def test_tma_fp32_output_and_batches(backend, config, rng):
         assert relative_error(batched[i], scale * reference) < tolerance("bfloat16", "bfloat16")
 
 
-def test_global_scratch_is_the_compilers():
+@pytest.mark.parametrize("config", [
+    jtblas.Config(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3, tma=True),
+    jtblas.Config(block_m=16, block_n=64, block_k=256, group_m=1, num_warps=2, num_stages=4, tma=True),
+], ids=lambda c: c.short())
+def test_global_scratch_is_the_compilers(config):
     """The scratch the launcher allocates per program is what Triton compiles the kernel to use
-    (three descriptors), and the compiled name is the function's (the launcher's key)."""
+    (three descriptors), and the compiled name is the function's (the launcher's key); compiled
+    for sm_90, a wgmma tile and a 16-row mma.sync tile both load through TMA and use no more
+    shared memory than the model counts."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     launch.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
-    meta = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, INPUT_PRECISION="tf32", TRANSPOSE_A=False,
-                TRANSPOSE_B=True, STORE_HALVES=True, INDEX_64=False)
+    meta = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+                INPUT_PRECISION="tf32", TRANSPOSE_A=False, TRANSPOSE_B=True,
+                STORE_HALVES=resources.store_halves(config), INDEX_64=False)
     names = matmul_tma_kernel.arg_names
     signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in meta else "i32" for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
     compiled = triton.compile(ASTSource(fn=matmul_tma_kernel, signature=signature, constexprs=meta, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=3))
+                              target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
     assert compiled.metadata.name == matmul_tma_kernel.fn.__name__
     assert compiled.metadata.global_scratch_size == GLOBAL_SCRATCH_BYTES
     assert compiled.metadata.global_scratch_align == GLOBAL_SCRATCH_ALIGN
     ttgir = compiled.asm["ttgir"]
-    assert ttgir.count("async_tma_copy_global_to_local") >= 2 and "warp_group_dot" in ttgir
-    config = jtblas.Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True)
-    assert compiled.metadata.shared <= resources.shared_memory_bytes(config, Problem(m=8, n=8, k=8)) + 64
+    problem = Problem(m=8, n=8, k=8)
+    assert ttgir.count("async_tma_copy_global_to_local") >= 2
+    assert ("warp_group_dot" in ttgir) == resources.uses_wgmma(config, problem, hardware.H200)
+    assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64
 
 
 def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch):
@@ -162,8 +205,8 @@ def test_bad_tma_configs_name_the_reason():
         jtblas.matmul(a, jnp.ones((24, 36), jnp.bfloat16), config=TMA_CONFIGS[0])
     with pytest.raises(ValueError, match="takes .* operands, not float32"):
         jtblas.matmul(a.astype(jnp.float32), jnp.ones((24, 40), jnp.float32), config=TMA_CONFIGS[0])
-    with pytest.raises(ValueError, match="wgmma tiles"):
-        jtblas.matmul(a, jnp.ones((24, 40), jnp.bfloat16), config=dataclasses.replace(TMA_CONFIGS[0], block_m=32))
+    with pytest.raises(ValueError, match="at most 256 elements"):
+        jtblas.matmul(a, jnp.ones((24, 40), jnp.bfloat16), config=dataclasses.replace(TMA_CONFIGS[0], block_k=512))
     with pytest.raises(ValueError, match="split_k=1"):
         jtblas.Config(split_k=2, tma=True)
     with pytest.raises(ValueError, match="tma must be a bool"):
