@@ -33,7 +33,7 @@ from jtblas.config import Config
 from jtblas.model import cost, resources
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from pick_ab import shape_from_key  # noqa: E402
+from pick_ab import in_turns, shape_from_key  # noqa: E402
 
 DEFAULT_CASES = ("1x4096x4096:16x32x256 w2 s4 g1,8x4096x4096:16x32x256 w2 s4 g1,16x4096x4096:16x32x256 w2 s4 g1,"
                  "1x4096x4096:16x64x256 w2 s4 g1,8x6144x4096:16x64x256 w2 s4 g1,1x3584x3584:16x64x256 w2 s4 g1,"
@@ -55,10 +55,7 @@ def time_forms(size: str, config: Config, rounds: int) -> dict[str, list[float]]
                                                       estimate_s=estimate)[0]
     finally:
         resources.k_from_indices = chosen
-    seconds = {form: [] for form in timers}
-    for round_index in range(rounds):
-        for form in (list(timers) if round_index % 2 == 0 else list(reversed(timers))):
-            seconds[form].append(timers[form](5)["seconds"])
+    seconds = in_turns(timers, rounds)
     del as_, bs
     jax.clear_caches()
     return seconds

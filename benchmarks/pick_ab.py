@@ -68,13 +68,19 @@ def time_interleaved(shape: Shape, configs: dict[str, Config], rounds: int, *, x
         estimates["xla"] = min(estimates.values())
     timers = {name: contenders.slope_timer_jax(dot, as_, bs, estimate_s=estimates[name])[0]
               for name, dot in dots.items()}
-    seconds = {name: [] for name in timers}
-    for round_index in range(rounds):
-        order = list(timers) if round_index % 2 == 0 else list(reversed(timers))
-        for name in order:
-            seconds[name].append(timers[name](5)["seconds"])
+    seconds = in_turns(timers, rounds)
     del as_, bs
     jax.clear_caches()
+    return seconds
+
+
+def in_turns(timers: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds per product from each compiled slope timer (`contenders.slope_timer_jax`'s measure),
+    `rounds` rounds in turn, the order reversed every other round."""
+    seconds = {name: [] for name in timers}
+    for round_index in range(rounds):
+        for name in (list(timers) if round_index % 2 == 0 else list(reversed(timers))):
+            seconds[name].append(timers[name](5)["seconds"])
     return seconds
 
 

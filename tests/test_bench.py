@@ -20,6 +20,21 @@ from jtblas.config import Config, Problem
 REPO = Path(__file__).resolve().parents[1]
 
 
+def benchmark_module(name: str):
+    """benchmarks/<name>.py loaded as a module (the benchmarks folder on sys.path while it loads,
+    for the scripts that import each other)."""
+    import importlib.util
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return module
+
+
 def _has_cuda() -> bool:
     try:
         import torch
@@ -52,11 +67,7 @@ def test_odd_set_is_odd_and_reproducible(tmp_path):
     assert len(odd) >= 20
     assert all(x % 8 and 500 <= x <= 16000 for s in odd for x in (s.m, s.n, s.k))
     # The committed CSVs are exactly what the seeded script writes.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_shapes", REPO / "benchmarks" / "make_shapes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("make_shapes")
     module.HERE = tmp_path
     module.main()
     for name in shapes.SET_NAMES:
@@ -220,14 +231,10 @@ def test_xla_slope_loop_computes_the_chained_products_with_a_remainder():
 def test_matmul_vs_xla_loop_carries_the_whole_product():
     """benchmarks/matmul_vs_xla.looped (the slope loop of mlp_block.py, mlp_gemms.py and
     sustained.py): the last C is a loop output, so XLA computes every element of every C."""
-    import importlib.util
-
     import jax
     import jax.numpy as jnp
 
-    spec = importlib.util.spec_from_file_location("matmul_vs_xla", REPO / "benchmarks" / "matmul_vs_xla.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("matmul_vs_xla")
     a = jax.random.normal(jax.random.key(1), (8, 24), jnp.float32)
     b = jax.random.normal(jax.random.key(2), (24, 16), jnp.float32)
     checksum, c = module.looped(jnp.dot, 3)(a, b)
@@ -239,15 +246,10 @@ def test_matmul_vs_xla_loop_carries_the_whole_product():
 
 def sass_stats_module():
     """benchmarks/sass_stats.py as a module (it lowers through jax-triton: skipped without it)."""
-    import importlib.util
-
     from tests.reference import require_jax_triton
 
     require_jax_triton()
-    spec = importlib.util.spec_from_file_location("sass_stats", REPO / "benchmarks" / "sass_stats.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("sass_stats")
 
 
 def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
@@ -711,14 +713,10 @@ def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
     """benchmarks/decode_space.py (issue 6's probe): every config fits the SM, every split
     reduces at least two K blocks, and the space holds what the model's space lacks (16-row
     split-K tiles, 2 warps)."""
-    import importlib.util
-
     from jtblas import hardware
     from jtblas.model import resources
 
-    spec = importlib.util.spec_from_file_location("decode_space", REPO / "benchmarks" / "decode_space.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("decode_space")
     m, n, k = mnk
     hw = hardware.get("h200")
     problem = Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
@@ -737,15 +735,7 @@ def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
 def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
     """benchmarks/pick_ab.py: `--dump-picks` writes every benchmark shape's pick, `Config.from_short`
     inverts `Config.short()` for each (split-K and TMA included), and the shape keys parse."""
-    import importlib.util
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("pick_ab", REPO / "benchmarks" / "pick_ab.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    module = benchmark_module("pick_ab")
     path = tmp_path / "picks.json"
     module.dump_picks(str(path))
     picks = json.loads(path.read_text())
@@ -769,12 +759,9 @@ def test_ab_rank_counts_pairs_the_model_orders_as_measured(tmp_path):
     """benchmarks/ab_rank.py: a pair of configs timed apart by more than the margin counts as
     ordered by the model when its pick is the faster one, and is listed when it is the slower;
     closer pairs and XLA's times are left out."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ab_rank", REPO / "benchmarks" / "ab_rank.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     from jtblas import hardware, select
+
+    module = benchmark_module("ab_rank")
 
     key = "4096x4096x4096 bfloat16 NN"
     pick = select(4096, 4096, 4096, dtype="bf16", hardware="h200").short()
