@@ -23,7 +23,7 @@ INPUT_PRECISIONS = ("tf32", "ieee")
 # never needs more; the model searches up to jtblas.model.candidates.SPLIT_K_FACTORS).
 MAX_SPLIT_K = 256
 # `Config.short()`'s form, read back by `Config.from_short`.
-_SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?( tma)?$")
+_SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?( swap)?( tma)?$")
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -42,6 +42,10 @@ class Config:
       num_warps: warps per program, one of 1, 2, 4, 8, 16.
       num_stages: software-pipeline depth of the K loop (shared-memory buffers), 1 to 8.
       split_k: number of programs sharing one tile's K loop; 1 means no split.
+      swap_ab: compute each tile transposed, Cᵀ = Bᵀ·Aᵀ, so that the tensor cores' rows are the
+        tile's block_n columns: a 16-row tile that is 64 or more columns wide and has 4 or 8 warps
+        then runs wgmma instead of mma.sync on Hopper (the pointer kernel only; the same loads,
+        shared memory and output).
       tma: run the persistent kernel that moves A, B and C with the tensor-memory accelerator
         (`jtblas/kernels/matmul_tma.py`; Hopper, split_k 1) instead of the pointer-based one.
     """
@@ -53,6 +57,7 @@ class Config:
     num_warps: int = 8
     num_stages: int = 3
     split_k: int = 1
+    swap_ab: bool = False
     tma: bool = False
 
     def __post_init__(self) -> None:
@@ -71,29 +76,35 @@ class Config:
             raise ValueError(f"Config.num_stages must be an int in [1, 8], got {self.num_stages!r}")
         if not _is_power_of_two(self.split_k) or self.split_k > MAX_SPLIT_K:
             raise ValueError(f"Config.split_k must be a power of two in [1, {MAX_SPLIT_K}], got {self.split_k!r}")
-        if not isinstance(self.tma, bool):
-            raise ValueError(f"Config.tma must be a bool, got {self.tma!r}")
+        for name in ("swap_ab", "tma"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.tma and self.swap_ab:
+            raise ValueError("Config.tma and Config.swap_ab cannot both be set (the TMA kernel does not swap)")
         if self.tma and self.split_k != 1:
             raise ValueError(
                 f"Config.tma needs split_k=1 (the TMA kernel does not split K), got split_k={self.split_k}")
 
     def short(self) -> str:
-        """A compact one-line name, e.g. `128x256x64 w8 s3 g8` (` k4` for a split, ` tma`)."""
+        """A compact one-line name, e.g. `128x256x64 w8 s3 g8` (` k4` for a split, ` swap`, ` tma`)."""
         name = (
             f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} "
             f"s{self.num_stages} g{self.group_m}"
         )
-        return name + (f" k{self.split_k}" if self.split_k > 1 else "") + (" tma" if self.tma else "")
+        return (name + (f" k{self.split_k}" if self.split_k > 1 else "") + (" swap" if self.swap_ab else "")
+                + (" tma" if self.tma else ""))
 
     @classmethod
     def from_short(cls, text: str) -> Config:
         """The Config of a `short()` name, e.g. `Config.from_short("128x256x64 w8 s3 g8 tma")`."""
         match = _SHORT_NAME.match(text.strip())
         if not match:
-            raise ValueError(f"Config.from_short: {text!r} is not of the form '128x256x64 w8 s3 g8 [k4] [tma]'")
-        bm, bn, bk, warps, stages, group, split, tma = match.groups()
+            raise ValueError(
+                f"Config.from_short: {text!r} is not of the form '128x256x64 w8 s3 g8 [k4] [swap] [tma]'")
+        bm, bn, bk, warps, stages, group, split, swap, tma = match.groups()
         return cls(block_m=int(bm), block_n=int(bn), block_k=int(bk), num_warps=int(warps),
-                   num_stages=int(stages), group_m=int(group), split_k=int(split or 1), tma=bool(tma))
+                   num_stages=int(stages), group_m=int(group), split_k=int(split or 1), swap_ab=bool(swap),
+                   tma=bool(tma))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -372,6 +372,7 @@ def launch_spec(
             ATOMIC_SPLIT=atomic,
             K_FROM_INDICES=resources.k_from_indices(problem),
             SHORT_A_ROWS=m if resources.masks_short_a(problem, config) else 0,
+            SWAP_AB=config.swap_ab,
         ),
     )
 

@@ -3,6 +3,7 @@ the gpu-marked smoke test runs the real benchmark on two tiny shapes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import math
@@ -410,7 +411,6 @@ def test_oracle_cache_round_trip(tmp_path):
     key = oracle.cache_key("64x64x64 bfloat16 NN", "NVIDIA H200", h)
     cache = oracle.OracleCache(path)
     assert cache.get(key) is None
-    import dataclasses
 
     cache.put(key, dict(best=dataclasses.asdict(configs[1]), best_s=1e-4, top=[dataclasses.asdict(configs[1])]))
     again = oracle.OracleCache(path)
@@ -745,9 +745,13 @@ def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
         assert module.shape_from_key(key).key() == key
     split = Config(block_m=16, block_n=64, block_k=256, num_warps=2, num_stages=5, group_m=1, split_k=32)
     tma = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, group_m=8, tma=True)
-    assert Config.from_short(split.short()) == split and Config.from_short(tma.short()) == tma
-    for text in ("128x256x64 w8 s3", "128x256x64 w8 s3 g8 k2 tma", "128x256 w8 s3 g8"):
-        with pytest.raises(ValueError, match="from_short|tma needs split_k=1"):
+    swap = dataclasses.replace(split, num_warps=4, swap_ab=True)
+    for config in (split, tma, swap):
+        assert Config.from_short(config.short()) == config
+    assert swap.short() == "16x64x256 w4 s5 g1 k32 swap"
+    for text in ("128x256x64 w8 s3", "128x256x64 w8 s3 g8 k2 tma", "128x256 w8 s3 g8", "16x64x256 w4 s5 g1 swap tma",
+                 "16x64x256 w4 s5 g1 tma swap"):
+        with pytest.raises(ValueError, match="from_short|tma needs split_k=1|cannot both"):
             Config.from_short(text)
     with pytest.raises(SystemExit):  # --configs times the named shapes only
         module.main(["--configs", "128x256x64 w8 s3 g8"])

@@ -48,6 +48,8 @@ def test_bad_operands(a, b, kwargs, error, words):
         ({"group_m": 6}, ["group_m", "6"]),
         ({"split_k": 3}, ["split_k", "3"]),
         ({"block_m": 64.0}, ["block_m", "64.0"]),
+        ({"swap_ab": 1}, ["swap_ab", "bool", "1"]),
+        ({"swap_ab": True, "tma": True}, ["tma", "swap_ab", "cannot both"]),
     ],
 )
 def test_invalid_config_values(fields, words):

@@ -51,7 +51,7 @@ def reduce_k_blocks(
     a_rows, b_cols, K, first, last, stride_ak, stride_bk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr, INDEX_64: tl.constexpr,
-    K_FROM_INDICES: tl.constexpr, SHORT_A_ROWS: tl.constexpr = 0,
+    K_FROM_INDICES: tl.constexpr, SHORT_A_ROWS: tl.constexpr = 0, SWAP_AB: tl.constexpr = False,
 ):
     """The fp32 sum over K blocks [first, last) of A·B, from the tile's row and column pointers
     (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros. SHORT_A_ROWS > 0: only
@@ -60,12 +60,19 @@ def reduce_k_blocks(
     program at the same K, and M = 1 products streamed B 5-15% slower than M = 16 ones with the
     same config on the H200, BENCHMARKS.md session 10).
 
+    SWAP_AB: the tile is accumulated transposed, [BLOCK_N, BLOCK_M] += Bᵀ·Aᵀ (transposed views of
+    the same loaded tiles), and returned transposed back, so that the MMA's rows are the tile's
+    columns (a 16-row tile 64 or more columns wide then runs wgmma on Hopper).
+
     Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
     BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
     each step. K_FROM_INDICES: each step builds them anew from its K indices. Neither is faster
     everywhere on the H200 (Triton 3.6); `jtblas.model.resources.k_from_indices` chooses.
     """
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k = tl.arange(0, BLOCK_K)
     a_row_mask = tl.arange(0, BLOCK_M)[:, None] < SHORT_A_ROWS  # used only where SHORT_A_ROWS > 0
     if not K_FROM_INDICES:
@@ -94,10 +101,15 @@ def reduce_k_blocks(
                 a_mask = a_mask & a_row_mask
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        if SWAP_AB:
+            acc = tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         if not K_FROM_INDICES:
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
+    if SWAP_AB:
+        acc = tl.trans(acc)
     return acc
 
 
@@ -163,6 +175,7 @@ def matmul_kernel(
     ATOMIC_SPLIT: tl.constexpr = False,
     K_FROM_INDICES: tl.constexpr = False,
     SHORT_A_ROWS: tl.constexpr = 0,
+    SWAP_AB: tl.constexpr = False,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -176,6 +189,7 @@ def matmul_kernel(
     EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
     K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
+    SWAP_AB: the tile is computed as Cᵀ = Bᵀ·Aᵀ (`reduce_k_blocks`); loads and stores are unchanged.
     SHORT_A_ROWS: 0, or M where all of A is shorter than a tile (M < BLOCK_M, one tile row): A's
     rows past it are masked, not wrapped (`reduce_k_blocks`). A compile-time constant, so is the
     row mask: compared with the run-time M − pid_m·BLOCK_M, the masked copies' predicates were
@@ -216,7 +230,7 @@ def matmul_kernel(
     if SPLIT_K == 1:
         acc = reduce_k_blocks(
             a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
         )
     else:
         # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
@@ -233,7 +247,7 @@ def matmul_kernel(
             c_ptr += split * tl.num_programs(1) * stride_cb
         acc = reduce_k_blocks(
             a_rows, b_cols, K, first, last, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS,
+            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
         )
     if ATOMIC_SPLIT:
         add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
