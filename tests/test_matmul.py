@@ -206,10 +206,10 @@ def test_cuda_program_holds_the_triton_call():
 
 @pytest.mark.parametrize("m,transpose_a", [(1, False), (16, False), (5, True)])
 def test_decode_picks_compile_for_sm90(m, transpose_a):
-    """The model's decode picks (16-row tiles on 2 warps since session 10, A's short rows masked)
-    compile to PTX for sm_90 through jax-triton's real CUDA lowering, no GPU needed."""
+    """The model's decode picks (16-row tiles: on 2 warps, or swapped on 4 to run wgmma; A's short
+    rows masked) compile to PTX for sm_90 through jax-triton's real CUDA lowering, no GPU needed."""
     config = jtblas.select(m, 4096, 4096, dtype="bf16", transpose_a=transpose_a, hardware="h200")
-    assert config.block_m == 16 and config.num_warps == 2
+    assert config.block_m == 16 and config.num_warps == (4 if config.swap_ab else 2)
     a = jax.ShapeDtypeStruct((4096, m) if transpose_a else (m, 4096), jnp.bfloat16)
     b = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
     text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, config=config), a, b)

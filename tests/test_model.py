@@ -123,16 +123,20 @@ def test_hardware_descriptions_are_consistent(name):
 def test_candidates_match_the_rules():
     """The fast enumeration equals the full product filtered by `rejection_reasons`."""
     rng = np.random.default_rng(0)
-    for _ in range(6):
+    # Three random shapes, and three with M < 128 (mma.sync tiles, their swapped and TMA twins).
+    for index in range(6):
         m, n, k = (int(x) for x in rng.integers(1, 5000, size=3))
+        m = m if index < 3 else 1 + m % 127
         problem = Problem(m=m, n=n, k=k, dtype=str(rng.choice(DTYPES)))
-        hw = hardware.BUILTIN[str(rng.choice(HARDWARE))]
+        hw = hardware.BUILTIN[str(rng.choice(HARDWARE))] if index < 3 else hardware.BUILTIN[HARDWARE[index % 3]]
         everything = [
-            Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk, tma=tma)
+            Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
+                   swap_ab=swap, tma=tma)
             for bm in candidates.BLOCK_SIZES for bn in candidates.BLOCK_SIZES
             for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
             for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
-            for sk in (1, *candidates.SPLIT_K_FACTORS) for tma in (False, True) if not (tma and sk > 1)
+            for sk in (1, *candidates.SPLIT_K_FACTORS) for swap in (False, True) for tma in (False, True)
+            if not (tma and (sk > 1 or swap))
         ]
         kept = [c for c in everything if not model.rejection_reasons(c, problem, hw)]
         assert sorted(kept, key=candidates._order) == model.candidates_for_problem(problem, hw)
@@ -323,7 +327,8 @@ def test_two_warps_only_for_16_row_tiles():
 def test_one_mma_tall_warps_alone_take_turns():
     """A 16-row mma.sync tile of at most 4 warps runs its MMAs and shared-memory reads one after
     the other in its own K step (the latency chain), not in the SM's resource step; wgmma tiles
-    and taller warp tiles overlap them. Long-K decode products split so that more SMs stream."""
+    and taller warp tiles overlap them. A long-K decode product either splits, so that more SMs
+    stream, or runs a swapped tile (wgmma: no turns)."""
     hw = hardware.H200
     decode = Problem(m=1, n=3584, k=18944)
     lone = cost.estimate(Config(block_m=16, block_n=64, block_k=256, num_warps=2, num_stages=5), decode, hw)
@@ -338,5 +343,6 @@ def test_one_mma_tall_warps_alone_take_turns():
     assert not cost.mma_and_smem_take_turns(tall, Problem(m=4096, n=4096, k=4096), hardware.A100)
     eight = Config(block_m=16, block_n=256, block_k=64, num_warps=8, num_stages=3)
     assert not cost.mma_and_smem_take_turns(eight, decode, hw)
-    assert jtblas.select(1, 3584, 18944, dtype="bf16", hardware="h200").split_k > 1
+    long_k = jtblas.select(1, 3584, 18944, dtype="bf16", hardware="h200")
+    assert long_k.split_k > 1 or not cost.mma_and_smem_take_turns(long_k, decode, hw)
     assert jtblas.select(16, 4096, 4096, dtype="bf16", hardware="h200").split_k == 1

@@ -161,6 +161,11 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         reasons.append(f"group_m={config.group_m} not in {_group_sizes(config.block_m, config.block_n, problem)}")
     if config.split_k != 1:
         reasons.extend(split_k_rejections(config, problem, hardware))
+    if config.swap_ab and not _swap_twin(config, problem, hardware):
+        reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
+                       "only where the swap turns its mma.sync into wgmma")
+    if config.tma and not (hardware.tma and resources.uses_wgmma(config, problem, hardware)):
+        reasons.append("tma: the TMA kernel is offered for wgmma tiles only (its terms were measured on them)")
     return reasons
 
 
@@ -228,9 +233,9 @@ def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...
 
 def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
     """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
-    block_k, num_warps, num_stages, group_m, split_k, tma ascending). Equal to the configs of
-    BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (False, True) with no
-    `rejection_reasons`, computed
+    block_k, num_warps, num_stages, group_m, split_k, swap_ab, tma ascending). Equal to the configs
+    of BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (False, True) x (False, True) with
+    no `rejection_reasons`, computed
     with the same integer arithmetic but without building rejected Configs (select stays fast)."""
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
     low_m = min_block_m(problem, hardware)
@@ -273,6 +278,7 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
     plain = list(result)
     if split_k_searched(problem, hardware):
         result.extend(_split_candidates(plain, problem, hardware))
+    result.extend(_swap_candidates(list(result), problem, hardware))
     if hardware.tma:
         result.extend(_tma_candidates(plain, problem, hardware))
     result.sort(key=_order)
@@ -289,6 +295,22 @@ def _tma_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -
     return [config for config in twins
             if not resources.fit_errors(config, problem, hardware)
             and resources.programs_per_sm(config, problem, hardware) >= 1]
+
+
+def _swap_candidates(configs: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
+    """The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs
+    wgmma instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8
+    warps (`resources.uses_wgmma` of the twin). The twin loads, holds and stores what the tile
+    does; only its MMA differs (wgmma reads both operands from shared memory, so its warps no
+    longer wait on ldmatrix: `cost.mma_and_smem_take_turns`)."""
+    twins = (dataclasses.replace(config, swap_ab=True) for config in configs)
+    return [config for config in twins if _swap_twin(config, problem, hardware)]
+
+
+def _swap_twin(config: Config, problem: Problem, hardware: Hardware) -> bool:
+    """The swapped `config` runs wgmma where its unswapped twin runs mma.sync."""
+    return (resources.uses_wgmma(config, problem, hardware)
+            and not resources.uses_wgmma(dataclasses.replace(config, swap_ab=False), problem, hardware))
 
 
 def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
@@ -312,4 +334,4 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
 
 def _order(config: Config) -> tuple[int, ...]:
     return (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages,
-            config.group_m, config.split_k, config.tma)
+            config.group_m, config.split_k, config.swap_ab, config.tma)

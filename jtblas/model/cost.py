@@ -277,7 +277,8 @@ def mma_and_smem_take_turns(config: Config, problem: Problem, hardware: Hardware
     if resources.uses_wgmma(config, problem, hardware) or config.num_warps > constants.warp_schedulers_per_sm:
         return False
     warps_m, _ = resources.warp_grid(config, problem, hardware)
-    return config.block_m // warps_m <= resources.MMA_ROWS
+    rows, _ = resources.mma_tile(config)
+    return rows // warps_m <= resources.MMA_ROWS
 
 
 def vector_bytes(problem: Problem, config: Config, operand: str,

@@ -165,19 +165,27 @@ MAX_BLOCKS_PER_SM = 32
 # calculator's "register allocation unit size").
 REGISTER_ALLOCATION_UNIT = 8
 # Hopper's warpgroup MMA covers 64 rows per warpgroup of 4 warps; Triton 3.x lowers tl.dot to
-# wgmma only when block_m % 64 == 0 and num_warps % 4 == 0 (AccelerateMatmul, `supportMMA(.., 3)`),
-# and to the older mma.sync (or FMA for fp32 with input_precision="ieee") otherwise.
+# wgmma only when the dot's rows % 64 == 0 and num_warps % 4 == 0 (AccelerateMatmul,
+# `supportMMA(.., 3)`), and to the older mma.sync (or FMA for fp32 with input_precision="ieee")
+# otherwise.
 WGMMA_ROWS = 64
 # Rows of one mma.sync instruction (m16n8k16 for 16-bit operands; PTX ISA, "Matrix shape").
 MMA_ROWS = 16
 
 
+def mma_tile(config: Config) -> tuple[int, int]:
+    """(rows, columns) of the tile as its tl.dot computes it: block_m x block_n, or block_n x
+    block_m for a swapped tile (`Config.swap_ab`: the kernel accumulates Cᵀ = Bᵀ·Aᵀ)."""
+    return (config.block_n, config.block_m) if config.swap_ab else (config.block_m, config.block_n)
+
+
 def uses_wgmma(config: Config, problem: Problem, hardware: Hardware) -> bool:
     """True when Triton lowers this tile's tl.dot to Hopper's wgmma (else mma.sync or FMA)."""
+    rows, _ = mma_tile(config)
     return (
         hardware.wgmma
         and not uses_fma(problem)
-        and config.block_m % WGMMA_ROWS == 0
+        and rows % WGMMA_ROWS == 0
         and config.num_warps % 4 == 0
     )
 
@@ -188,25 +196,28 @@ def uses_fma(problem: Problem) -> bool:
 
 
 def warp_grid(config: Config, problem: Problem, hardware: Hardware) -> tuple[int, int]:
-    """(warps along M, warps along N) of the accumulator, as Triton 3.x lays them out.
+    """(warps along the rows, warps along the columns) of the accumulator (`mma_tile`: M and N, or
+    N and M for a swapped tile), as Triton 3.x lays them out.
 
-    wgmma (`warpsPerTileV3`): starts at (4, 1) and doubles M while block_m exceeds 16 rows per warp,
-    else N. mma.sync (`warpsPerTileV2`): doubles M while M has at least as many 16-row fragments per
-    warp as N has 16-column pairs, else N.
+    wgmma (`warpsPerTileV3`): starts at (4, 1) and doubles the rows' warps while the rows exceed 16
+    per warp, else the columns'. mma.sync (`warpsPerTileV2`): doubles the rows' warps while they
+    have at least as many 16-row fragments per warp as the columns have 16-column pairs, else the
+    columns'.
     """
     warps = config.num_warps
+    rows, columns = mma_tile(config)
     if uses_wgmma(config, problem, hardware):
         warps_m, warps_n = 4, 1
         while warps_m * warps_n < warps:
-            if config.block_m > 16 * warps_m:
+            if rows > 16 * warps_m:
                 warps_m *= 2
             else:
                 warps_n *= 2
         return warps_m, warps_n
     warps_m, warps_n = 1, 1
     while warps_m * warps_n < warps:
-        if config.block_m // 16 // warps_m >= config.block_n // 16 // warps_n:
-            if warps_m < config.block_m // 16:
+        if rows // 16 // warps_m >= columns // 16 // warps_n:
+            if warps_m < rows // 16:
                 warps_m *= 2
             else:
                 warps_n *= 2
@@ -219,17 +230,20 @@ def shared_memory_reads_per_step(config: Config, problem: Problem, hardware: Har
                                  *, split: bool = False) -> int | tuple[int, int]:
     """Bytes the tensor-core (or FMA) instructions read from shared memory per K step of one tile.
 
-    wgmma: each warpgroup issues one m64·n·k instruction per 64 of its rows, and each reads its
-    A rows and its B columns: A is read once per warpgroup column (warps_n / 1 groups), B once per
-    64 rows of the tile: bytes = block_k · (block_m · warpgroups_n + block_n · block_m / 64).
-    mma.sync/FMA: each warp loads its A rows and its B columns (ldmatrix):
-    bytes = block_k · (block_m · warps_n + block_n · warps_m).
-    With `split`, the A and B parts as a pair.
+    In the dot's own terms (`mma_tile`: rows x columns; its row operand is A, or B for a swapped
+    tile): wgmma: each warpgroup issues one m64·n·k instruction per 64 of its rows, and each reads
+    its rows and its columns: the row operand is read once per warpgroup column (warps_n / 1
+    groups), the column operand once per 64 rows: bytes = block_k · (rows · warpgroups_n +
+    columns · rows / 64). mma.sync/FMA: each warp loads its rows and its columns (ldmatrix):
+    bytes = block_k · (rows · warps_n + columns · warps_m).
+    With `split`, A's and B's parts as a pair.
     """
     warps_m, warps_n = warp_grid(config, problem, hardware)
-    b_readers = config.block_m // WGMMA_ROWS if uses_wgmma(config, problem, hardware) else warps_m
-    a_bytes = config.block_k * config.block_m * warps_n * problem.operand_bytes
-    b_bytes = config.block_k * config.block_n * b_readers * problem.operand_bytes
+    rows, columns = mma_tile(config)
+    column_readers = rows // WGMMA_ROWS if uses_wgmma(config, problem, hardware) else warps_m
+    row_bytes = config.block_k * rows * warps_n * problem.operand_bytes
+    column_bytes = config.block_k * columns * column_readers * problem.operand_bytes
+    a_bytes, b_bytes = (column_bytes, row_bytes) if config.swap_ab else (row_bytes, column_bytes)
     return (a_bytes, b_bytes) if split else a_bytes + b_bytes
 
 

@@ -1,12 +1,15 @@
 """The argmin: rank every candidate by predicted time, pick the first; cache; explain in words.
 
 Ties (equal predicted seconds, common when one bound such as DRAM bandwidth dominates) go, in
-order, to the config with the most slack (the smaller sum of its SM-side and memory-side times,
-so the bound that was not binding is furthest away), the larger tile (higher arithmetic
-intensity), the larger block_k, the fewer stages (less shared memory for the same time), the
-fewer warps, the larger group, the smaller split_k (less partial traffic), the pointer kernel
-over the TMA kernel (which the model predicts apart: the TMA twin's set-up per launch and shorter
-K step, `cost.Constants`), and finally the candidate order; so the answer is deterministic.
+order, to the unswapped tile (a swapped twin, `Config.swap_ab`, is picked only where it predicts
+faster: on the H200 the swapped ties ran 0.90-1.06x their twins, 1.00 in geometric mean over 16
+decode products, BENCHMARKS.md session 17), to the config with the most slack (the smaller sum
+of its SM-side and memory-side times, so the bound that was not binding is furthest away), the
+larger tile (higher arithmetic intensity), the larger block_k, the fewer stages (less shared
+memory for the same time), the fewer warps, the larger group, the smaller split_k (less partial
+traffic), the pointer kernel over the TMA kernel (which the model predicts apart: the TMA twin's
+set-up per launch and shorter K step, `cost.Constants`), and finally the candidate order; so the
+answer is deterministic.
 
 Pure Python: no JAX, no Triton.
 """
@@ -28,7 +31,7 @@ CACHE_SIZE = 4096
 def _rank_key(item: tuple[int, cost.Estimate]) -> tuple:
     index, estimate = item
     config = estimate.config
-    return (estimate.predicted_seconds, estimate.sm + estimate.memory,
+    return (estimate.predicted_seconds, config.swap_ab, estimate.sm + estimate.memory,
             -config.block_m * config.block_n, -config.block_k,
             config.num_stages, config.num_warps, -config.group_m, config.split_k, config.tma, index)
 
