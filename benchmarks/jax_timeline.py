@@ -53,12 +53,19 @@ def timeline(torch, run, iterations: int) -> dict:
         entry[0] += 1
         entry[1] += event.time_range.end - event.time_range.start
     gaps = [b.time_range.start - a.time_range.end for a, b in zip(events, events[1:])]
+    idle_after = collections.defaultdict(lambda: [0, 0.0])
+    for a, b in zip(events, events[1:]):
+        entry = idle_after[f"{a.name[:40]} -> {b.name[:40]}"]
+        entry[0] += 1
+        entry[1] += max(0.0, b.time_range.start - a.time_range.end)
     span = events[-1].time_range.end - events[0].time_range.start if events else 0.0
     return dict(
         span_us=span / iterations,
         busy_us=sum(v[1] for v in kernels.values()) / iterations,
         median_gap_us=statistics.median(gaps) if gaps else None,
         kernels={name: dict(count=count, us_each=total / count) for name, (count, total) in kernels.items()},
+        idle_between={pair: dict(count=count, us_per_iteration=total / iterations)
+                      for pair, (count, total) in sorted(idle_after.items(), key=lambda item: -item[1][1])},
     )
 
 
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
             top = sorted(t["kernels"].items(), key=lambda kv: -kv[1]["count"] * kv[1]["us_each"])[:4]
             for kernel, entry in top:
                 print(f"{'':>30}{entry['count']:5d} x {entry['us_each']:8.2f} µs  {kernel}", flush=True)
+            for pair, entry in list(t["idle_between"].items())[:4]:
+                print(f"{'':>30}idle {entry['us_per_iteration']:7.2f} µs/iteration over {entry['count']:4d} x  {pair}",
+                      flush=True)
         print(f"{'':>22} jtblas vs XLA: max relative difference {row['max_rel_diff_vs_xla']:.1e}", flush=True)
         if args.json:
             pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
