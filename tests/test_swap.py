@@ -110,3 +110,19 @@ def test_swapped_tile_reads_the_same_shared_memory_in_the_dots_terms():
     transposed = dataclasses.replace(config, block_m=64, block_n=32, swap_ab=True)
     a_reads, b_reads = resources.shared_memory_reads_per_step(config, problem, hardware.A100, split=True)
     assert resources.shared_memory_reads_per_step(transposed, problem, hardware.A100, split=True) == (b_reads, a_reads)
+
+
+def test_explain_says_why_a_tile_is_swapped_or_not():
+    """The explanation names the swapped winner's MMA and its unswapped twin's prediction, and for
+    an unswapped winner with a swapped twin, what that twin predicts."""
+    swapped = jtblas.explain(1, 3584, 3584, hardware="h200")
+    twin = next(e for e in swapped.ranked if e.config == dataclasses.replace(swapped.config, swap_ab=False))
+    assert swapped.config.swap_ab and twin.predicted_seconds > swapped.ranked[0].predicted_seconds
+    assert "Swapped (Cᵀ = Bᵀ·Aᵀ)" in swapped.why() and f"{twin.predicted_seconds * 1e6:.2f} µs" in swapped.why()
+    plain = jtblas.explain(32, 11008, 14336, hardware="h200")
+    swapped_twin = next(e for e in plain.ranked if e.config == dataclasses.replace(plain.config, swap_ab=True))
+    assert not plain.config.swap_ab
+    words = f"Not swapped: the swapped twin (wgmma) predicts {swapped_twin.predicted_seconds * 1e6:.2f} µs"
+    assert words in plain.why()
+    tma = jtblas.explain(4096, 4096, 4096, hardware="h200")
+    assert "wapped" not in tma.why()  # no swapped tile among wgmma tiles, the TMA kernel's or not

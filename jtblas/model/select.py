@@ -110,7 +110,7 @@ class Explanation:
         )
         if win.padding_waste > 0.005:
             text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
-        text += "." + self._split_words() + self._kernel_words()
+        text += "." + self._split_words() + self._swap_words() + self._kernel_words()
         if self.plan is not None and self.plan.reason:
             text += f" Repacking: {self.plan.reason}."  # times above are the kernel's, copies apart
         shape = (c.block_m, c.block_n, c.block_k)
@@ -147,6 +147,28 @@ class Explanation:
             f" Not split: the best split-K candidate, {split.config.short()}, predicts "
             f"{_us(split.predicted_seconds)} ({slower:.1f}% slower), its {split.partial_bytes / 1e6:.1f} MB "
             f"of partials and the reduction ({_us(split.reduction)}) costing more than the idle SMs it fills."
+        )
+
+    def _swap_words(self) -> str:
+        """Why the winner's tile is swapped (`Config.swap_ab`), or why it is not although its
+        swapped twin was ranked: what the twin predicts and how each runs its MMAs."""
+        win = self.winner
+        if win.config.tma:  # the TMA kernel does not swap
+            return ""
+        toggled = dataclasses.replace(win.config, swap_ab=not win.config.swap_ab)
+        twin = next((e for e in self.ranked if e.config == toggled), None)
+        if twin is None:
+            return ""
+        slower = 100 * (twin.predicted_seconds / win.predicted_seconds - 1)
+        if win.config.swap_ab:
+            return (
+                f" Swapped (Cᵀ = Bᵀ·Aᵀ): its {win.config.block_n} columns are the MMA's rows, so it runs "
+                f"wgmma (K steps of {win.step_chain * 1e9:.0f} ns); unswapped, mma.sync predicts "
+                f"{_us(twin.predicted_seconds)} ({slower:.1f}% slower; K steps of {twin.step_chain * 1e9:.0f} ns)."
+            )
+        return (
+            f" Not swapped: the swapped twin (wgmma) predicts {_us(twin.predicted_seconds)} "
+            f"({slower:.1f}% slower{', a tie goes to the unswapped tile' if slower == 0 else ''})."
         )
 
     def _kernel_words(self) -> str:
