@@ -2,14 +2,14 @@
 
 Ties (equal predicted seconds, common when one bound such as DRAM bandwidth dominates) go, in
 order, to the unswapped tile (a swapped twin, `Config.swap_ab`, is picked only where it predicts
-faster: on the H200 the swapped ties ran 0.90-1.06x their twins, 1.00 in geometric mean over 16
-decode products, BENCHMARKS.md session 17), to the config with the most slack (the smaller sum
-of its SM-side and memory-side times, so the bound that was not binding is furthest away), the
-larger tile (higher arithmetic intensity), the larger block_k, the fewer stages (less shared
-memory for the same time), the fewer warps, the larger group, the smaller split_k (less partial
-traffic), the pointer kernel over the TMA kernel (which the model predicts apart: the TMA twin's
-set-up per launch and shorter K step, `cost.Constants`), and finally the candidate order; so the
-answer is deterministic.
+faster: on the H200, 15 decode products whose swapped candidate tied the unswapped pick ran it
+0.90-1.06x as fast, 1.00 in geometric mean, BENCHMARKS.md session 17), to the config with the
+most slack (the smaller sum of its SM-side and memory-side times, so the bound that was not
+binding is furthest away), the larger tile (higher arithmetic intensity), the larger block_k,
+the fewer stages (less shared memory for the same time), the fewer warps, the larger group, the
+smaller split_k (less partial traffic), the pointer kernel over the TMA kernel (which the model
+predicts apart: the TMA twin's set-up per launch and shorter K step, `cost.Constants`), and
+finally the candidate order; so the answer is deterministic.
 
 Pure Python: no JAX, no Triton.
 """
