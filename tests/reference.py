@@ -76,3 +76,21 @@ def lower_for_cuda(fn, *shapes) -> str:
     require_jax_triton()
     with launch.forced_backend("cuda", compute_capability=90):
         return jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: int, pointer_type: str = "*bf16"):
+    """`triton.compile` of a jtblas kernel for sm_90 on any machine (no GPU): pointers of
+    `pointer_type` aligned to 16 bytes, `metaparams` as its constexprs, every other argument an
+    i32. Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from jtblas import launch
+
+    launch.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
+    names = kernel.arg_names
+    signature = {n: pointer_type if n.endswith("_ptr") else "constexpr" if n in metaparams else "i32" for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
+    return triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=metaparams, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))

@@ -3,20 +3,18 @@ wgmma on Hopper. Against float64 in the interpreter (and on the GPU under the `g
 for sm_90, and where the model offers them."""
 
 import dataclasses
-import itertools
 
-import jax
 import pytest
 
 import jtblas
-from jtblas import hardware, launch
+from jtblas import hardware
 from jtblas.config import Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.model import candidates, cost, resources
 from jtblas.ops import launch_spec
-from tests.reference import random_operands, relative_error, tolerance
+from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
+from tests.test_matmul import BACKENDS, LAYOUTS, check_product, on_backend
 
-LAYOUTS = list(itertools.product([False, True], repeat=2))
 # Small swapped tiles (the interpreter's time grows with the tile): 16 and 32 rows, a split.
 CONFIGS = [
     jtblas.Config(block_m=16, block_n=64, block_k=32, group_m=1, num_warps=4, num_stages=3, swap_ab=True),
@@ -26,7 +24,6 @@ CONFIGS = [
 ]
 # M = 1 and 3 (A shorter than a tile: masked rows), primes, K not a multiple of any block_k.
 SHAPES = [(1, 70, 45), (3, 129, 16), (37, 53, 71)]
-BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -35,21 +32,15 @@ BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_swapped_tiles_match_float64(backend, dtype, transpose_a, transpose_b, m, n, k, rng):
     config = CONFIGS[(m + n + k) % len(CONFIGS)]
-    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
-    device = jax.devices("gpu" if backend == "cuda" else "cpu")[0]
-    a, b = (jax.device_put(x, device) for x in (a, b))
-    out = jax.jit(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b,
-                                             config=config))(a, b)
-    assert out.shape == (m, n) and out.dtype == a.dtype
-    assert relative_error(out, reference) < tolerance(dtype, dtype)
+    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
+                  backend, rng, m, n, k, dtype, transpose_a, transpose_b)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_swapped_atomic_split_matches_float64(backend, rng):
     config = dataclasses.replace(CONFIGS[2], split_k=4)
     a, b, reference = random_operands(rng, 5, 130, 200, "bfloat16")
-    device = jax.devices("gpu" if backend == "cuda" else "cpu")[0]
-    a, b = (jax.device_put(x, device) for x in (a, b))
+    a, b = on_backend(backend, a, b)
     out = jtblas.matmul(a, b, config=config, deterministic=False)
     assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
 
@@ -58,21 +49,11 @@ def test_swapped_atomic_split_matches_float64(backend, rng):
 def test_swapped_decode_tile_compiles_to_wgmma_for_sm90(swap_ab):
     """Compiled for sm_90 (no GPU needed), the model's decode tile 16x64x256 w4 runs warpgroup
     MMAs when swapped and mma.sync when not, as `resources.uses_wgmma` says."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    launch.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
     problem = Problem(m=1, n=4096, k=4096)
     config = jtblas.Config(block_m=16, block_n=64, block_k=256, group_m=1, num_warps=4, num_stages=5,
                            swap_ab=swap_ab)
-    meta = launch_spec(problem, config).metaparams
-    names = matmul_kernel.arg_names
-    signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in meta else "i32" for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
-    compiled = triton.compile(ASTSource(fn=matmul_kernel, signature=signature, constexprs=meta, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    compiled = compile_for_sm90(matmul_kernel, launch_spec(problem, config).metaparams,
+                                num_warps=config.num_warps, num_stages=config.num_stages)
     wgmma = resources.uses_wgmma(config, problem, hardware.H200)
     assert wgmma == swap_ab
     assert ("warp_group_dot" in compiled.asm["ttgir"]) == wgmma

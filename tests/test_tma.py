@@ -15,7 +15,7 @@ from jtblas import hardware, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
-from tests.reference import random_operands, relative_error, tolerance
+from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
 from tests.test_matmul import BACKENDS, check_product, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -97,20 +97,10 @@ def test_global_scratch_is_the_compilers(config):
     (three descriptors), and the compiled name is the function's (the launcher's key); compiled
     for sm_90, a wgmma tile and a 16-row mma.sync tile both load through TMA and use no more
     shared memory than the model counts."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    launch.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
     meta = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
                 INPUT_PRECISION="tf32", TRANSPOSE_A=False, TRANSPOSE_B=True,
                 STORE_HALVES=resources.store_halves(config), INDEX_64=False)
-    names = matmul_tma_kernel.arg_names
-    signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in meta else "i32" for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
-    compiled = triton.compile(ASTSource(fn=matmul_tma_kernel, signature=signature, constexprs=meta, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    compiled = compile_for_sm90(matmul_tma_kernel, meta, num_warps=config.num_warps, num_stages=config.num_stages)
     assert compiled.metadata.name == matmul_tma_kernel.fn.__name__
     assert compiled.metadata.global_scratch_size == GLOBAL_SCRATCH_BYTES
     assert compiled.metadata.global_scratch_align == GLOBAL_SCRATCH_ALIGN
