@@ -100,6 +100,7 @@ def test_explain_says_why_a_tile_is_swapped_or_not():
     twin = next(e for e in swapped.ranked if e.config == dataclasses.replace(swapped.config, swap_ab=False))
     assert swapped.config.swap_ab and twin.predicted_seconds > swapped.ranked[0].predicted_seconds
     assert "Swapped (Cᵀ = Bᵀ·Aᵀ)" in swapped.why() and f"{twin.predicted_seconds * 1e6:.2f} µs" in swapped.why()
+    assert "KB of partials" in swapped.why() and "0.0 MB" not in swapped.why()  # a decode split's are small
     plain = jtblas.explain(32, 11008, 14336, hardware="h200")
     swapped_twin = next(e for e in plain.ranked if e.config == dataclasses.replace(plain.config, swap_ab=True))
     assert not plain.config.swap_ab

@@ -136,7 +136,7 @@ class Explanation:
             return (
                 f" K is split {win.config.split_k} ways because {win.tiles} output tile(s) alone would "
                 f"keep only {min(win.tiles, sms)} of {sms} SMs busy: {win.programs} programs of "
-                f"{win.k_steps} K steps each write {win.partial_bytes / 1e6:.1f} MB of fp32 partials, "
+                f"{win.k_steps} K steps each write {_megabytes(win.partial_bytes)} of fp32 partials, "
                 f"which a second kernel sums in {_us(win.reduction)} (launch included)."
             )
         split = next((e for e in self.ranked if e.config.split_k > 1), None)
@@ -145,7 +145,7 @@ class Explanation:
         slower = 100 * (split.predicted_seconds / win.predicted_seconds - 1)
         return (
             f" Not split: the best split-K candidate, {split.config.short()}, predicts "
-            f"{_us(split.predicted_seconds)} ({slower:.1f}% slower), its {split.partial_bytes / 1e6:.1f} MB "
+            f"{_us(split.predicted_seconds)} ({slower:.1f}% slower), its {_megabytes(split.partial_bytes)} "
             f"of partials and the reduction ({_us(split.reduction)}) costing more than the idle SMs it fills."
         )
 
@@ -230,6 +230,11 @@ def explain_problem(problem: Problem, hardware: Hardware) -> Explanation:
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} µs"
+
+
+def _megabytes(nbytes: float) -> str:
+    """Bytes in MB with one decimal, or in KB below 0.1 MB (a decode product's partials)."""
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.0f} KB"
 
 
 def _bound_words(e: cost.Estimate) -> str:
