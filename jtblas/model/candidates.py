@@ -164,7 +164,7 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
-    if config.tma and not (hardware.tma and resources.uses_wgmma(config, problem, hardware)):
+    if config.tma and not resources.uses_wgmma(config, problem, hardware):
         reasons.append("tma: the TMA kernel is offered for wgmma tiles only (its terms were measured on them)")
     return reasons
 
@@ -278,7 +278,7 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
     plain = list(result)
     if split_k_searched(problem, hardware):
         result.extend(_split_candidates(plain, problem, hardware))
-    result.extend(_swap_candidates(list(result), problem, hardware))
+    result.extend(_swap_candidates(result, problem, hardware))
     if hardware.tma:
         result.extend(_tma_candidates(plain, problem, hardware))
     result.sort(key=_order)
@@ -303,8 +303,9 @@ def _swap_candidates(configs: list[Config], problem: Problem, hardware: Hardware
     warps (`resources.uses_wgmma` of the twin). The twin loads, holds and stores what the tile
     does; only its MMA differs (wgmma reads both operands from shared memory, so its warps no
     longer wait on ldmatrix: `cost.mma_and_smem_take_turns`)."""
-    twins = (dataclasses.replace(config, swap_ab=True) for config in configs)
-    return [config for config in twins if _swap_twin(config, problem, hardware)]
+    twins = (dataclasses.replace(config, swap_ab=True) for config in configs
+             if not resources.uses_wgmma(config, problem, hardware))
+    return [config for config in twins if resources.uses_wgmma(config, problem, hardware)]
 
 
 def _swap_twin(config: Config, problem: Problem, hardware: Hardware) -> bool:
