@@ -781,3 +781,54 @@ def test_ab_rank_counts_pairs_the_model_orders_as_measured(tmp_path):
         assert (counted, len(listed)) == (agree, wrong)
         if listed:
             assert listed[0][2:] == (worse, pick) and listed[0][0] > 1.15
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_read_ceiling_kernels_sum_every_element_once(dtype):
+    """benchmarks/read_ceiling.py (issue 6's read-once ceiling), in Triton's interpreter: the flat
+    read's per-program sums (a tail past the last whole block masked) and the strips' column sums
+    (over the weight as stored and over its contiguous [K·N/64, 64] view) add up to the float64
+    sums of fresh random data, each element counted once."""
+    import jax
+    import jax.numpy as jnp
+
+    from jtblas import launch
+    from tests.reference import relative_error
+
+    module = benchmark_module("read_ceiling")
+    tol = 1e-6 if dtype == "float32" else 1e-3
+    rng = np.random.default_rng()
+    k, n, rows = 96, 192, 32
+    weight = jnp.asarray(rng.standard_normal((k, n)), dtype=dtype)
+    exact = np.asarray(weight, dtype=np.float64)
+    flat = weight.reshape(-1)[: k * n - 37]  # not a multiple of any block
+    block, loads = 256, 4
+    programs = -(-flat.size // (block * loads))
+    sums = launch.launch(module.read_kernel, grid=(programs,), args=[flat, flat.size],
+                         out_shape=jax.ShapeDtypeStruct((programs,), jnp.float32), num_warps=4, num_stages=1,
+                         metaparams=dict(BLOCK=block, LOADS=loads))
+    assert relative_error(sums.sum(keepdims=True), exact.reshape(-1)[: flat.size].sum(keepdims=True)) < tol
+    for view, (view_k, view_n) in ((weight, (k, n)), (weight.reshape(-1, 64), (k * n // 64, 64))):
+        grid = (view_n // 64, view_k // rows)
+        strips = launch.launch(module.read_strip_kernel, grid=grid, args=[view, view_k, view_n],
+                               out_shape=jax.ShapeDtypeStruct((grid[1], view_n), jnp.float32), num_warps=4,
+                               num_stages=1, metaparams=dict(ROWS=rows, BLOCK_K=8, BLOCK_N=64, LOADS=2))
+        expected = np.asarray(view, dtype=np.float64).reshape(grid[1], rows, view_n).sum(axis=1)
+        assert relative_error(strips, expected) < tol
+
+
+def test_split_parts_configs_split_and_fit():
+    """benchmarks/split_parts.py: every config it times parses, fits the H200 on each default shape,
+    and all but the unsplit baseline split K."""
+    from jtblas import hardware
+    from jtblas.model import resources
+
+    module = benchmark_module("split_parts")
+    hw = hardware.get("h200")
+    configs = [Config.from_short(text) for text in module.CONFIGS]
+    assert [c.short() for c in configs] == list(module.CONFIGS)
+    assert sum(c.split_k == 1 for c in configs) == 1
+    for text in module.DEFAULT_SHAPES.split(","):
+        m, n, k = (int(v) for v in text.split("x"))
+        problem = Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
+        assert all(not resources.fit_errors(c, problem, hw) for c in configs), text
