@@ -8,12 +8,14 @@ A GEMM at M ≤ 16 reads the K x N weight once and writes almost nothing, where 
 same bytes reads and writes them, so its launch and ramp are spread over twice the traffic. This
 probe times, per shape: the copy; `torch.sum` of the weight; a Triton kernel that only reads it
 (contiguous blocks, all loads of a program issued together, one float written per program) over
-a small grid of its meta-parameters; the GEMM's loads alone (64-column strips, as its 16x64
-tiles read the weight, with no shared memory and no MMA), over the weight as stored and over a
-contiguous view of the same bytes; cuBLAS and the model's plan. The best read is the ceiling for
-a kernel that streams the weight; its ratio to the copy says how much of issue 6's target a
-read-once kernel can reach at that size, and the strips say how much of it a tiled kernel's
-loads can.
+a small grid of its meta-parameters; the same reads in 64-column strips of 128-512 rows (the
+GEMM's 16x64 tiles read the weight so, a K slice at a time), over the weight as stored and over
+a contiguous view of the same bytes; cuBLAS and the model's plan. The best read is the ceiling
+for a kernel that streams the weight; its ratio to the copy says how much of issue 6's target a
+read-once kernel can reach at that size, and the strips whether reading by column strips costs
+anything. What the strips cannot be is one program per strip over all of K (the decode GEMM's
+one-launch form): read-only kernels of that shape streamed far slower than the GEMM itself
+(BENCHMARKS.md, session 18).
 """
 
 from __future__ import annotations
@@ -38,30 +40,28 @@ def read_kernel(x_ptr, n_elements, out_ptr, BLOCK: tl.constexpr, LOADS: tl.const
 
 
 @triton.jit
-def read_strip_kernel(b_ptr, K, N, out_ptr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                      LOADS: tl.constexpr):
-    """Sums a ROWS x BLOCK_N block of the K x N row-major weight (program (n, k): columns
-    n·BLOCK_N on, rows k·ROWS on), LOADS blocks of BLOCK_K rows in flight at a time: the tiled
-    GEMM's access pattern, without its shared memory and MMA."""
+def read_strip_kernel(b_ptr, K, N, out_ptr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, LOADS: tl.constexpr):
+    """Sums a (LOADS·BLOCK_K) x BLOCK_N block of the K x N row-major weight into one float: program
+    (n, k) reads columns n·BLOCK_N on of rows k·LOADS·BLOCK_K on, all LOADS loads in flight at once
+    (as the flat read; a runtime K loop or a BLOCK_N-wide store per program ran 10-30% slower,
+    BENCHMARKS.md session 18). The GEMM's 16x64 tiles read the weight in such strips."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    first = tl.program_id(1).to(tl.int64) * ROWS
+    first = tl.program_id(1).to(tl.int64) * BLOCK_K * LOADS
     total = tl.zeros((BLOCK_K, BLOCK_N), tl.float32)
-    for start in range(0, ROWS, BLOCK_K * LOADS):
-        for i in tl.static_range(LOADS):
-            rows = first + start + i * BLOCK_K + tl.arange(0, BLOCK_K)
-            total += tl.load(b_ptr + rows[:, None] * N + cols[None, :]).to(tl.float32)
-    tl.store(out_ptr + tl.program_id(1) * N + cols, tl.sum(total, axis=0))
+    for i in tl.static_range(LOADS):
+        rows = first + i * BLOCK_K + tl.arange(0, BLOCK_K)
+        total += tl.load(b_ptr + rows[:, None] * N + cols[None, :]).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), tl.sum(tl.sum(total, axis=1), axis=0))
 
 
-def read_strip_launcher(torch, weights, rows: int, block_k: int, block_n: int, loads: int, warps: int,
-                        stages: int = 3):
-    """launch(i): `read_strip_kernel` over weight i (K x N; K a multiple of `rows`, N of `block_n`)."""
+def read_strip_launcher(torch, weights, block_k: int, block_n: int, loads: int, warps: int):
+    """launch(i): `read_strip_kernel` over weight i (K x N; K a multiple of block_k·loads, N of
+    block_n)."""
     k, n = weights[0].shape
-    grid = (n // block_n, k // rows)
-    out = torch.empty((grid[1], n), device="cuda", dtype=torch.float32)
+    grid = (n // block_n, k // (block_k * loads))
+    out = torch.empty(grid[0] * grid[1], device="cuda", dtype=torch.float32)
     kernel = read_strip_kernel[grid]
-    return lambda i: kernel(weights[i], k, n, out, ROWS=rows, BLOCK_K=block_k, BLOCK_N=block_n, LOADS=loads,
-                            num_warps=warps, num_stages=stages)
+    return lambda i: kernel(weights[i], k, n, out, BLOCK_K=block_k, BLOCK_N=block_n, LOADS=loads, num_warps=warps)
 
 
 def read_launcher(torch, weights, block: int, loads: int, warps: int):
@@ -98,11 +98,11 @@ def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
     views = dict(strided=ops.b, contiguous=[b.view(-1, 64) for b in ops.b])
     for name, weights in views.items():
         row[f"strips_{name}"] = [
-            timed(dict(rows=rows, block_k=block_k, loads=loads, warps=warps),
-                  read_strip_launcher(torch, weights, rows, block_k, 64, loads, warps))
-            for rows, (block_k, loads), warps in itertools.product(
-                (shape.k, 1024, 512, 256), ((64, 2), (64, 4), (32, 8), (128, 2), (64, 8)), (4, 8))
-            if rows >= block_k * loads and shape.k % rows == 0]
+            timed(dict(rows=block_k * loads, block_k=block_k, loads=loads, warps=warps),
+                  read_strip_launcher(torch, weights, block_k, 64, loads, warps))
+            for (block_k, loads), warps in itertools.product(
+                ((32, 4), (64, 2), (32, 8), (64, 4), (128, 2), (64, 8), (128, 4)), (4, 8))
+            if shape.k % (block_k * loads) == 0]
     ops.free()
     torch.cuda.empty_cache()
     return row
