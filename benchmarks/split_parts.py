@@ -49,17 +49,13 @@ def parts(torch, ops, problem, config) -> dict:
     out["cast"] = lambda i: caster(total, *cast.scalars, c[i], num_warps=cast.num_warps,
                                    num_stages=cast.num_stages, **cast.metaparams)
 
-    def atomic_product(i):
-        total.zero_()
-        atomic_gemm(i)
-        caster(total, *cast.scalars, c[i], num_warps=cast.num_warps, num_stages=cast.num_stages,
-               **cast.metaparams)
-
-    out["atomic_product"] = atomic_product
+    out["atomic_product"] = lambda i: (out["zero"](i), atomic_gemm(i), out["cast"](i))
     return out
 
 
 def probe_shape(torch, timer, text: str, sms: int, l2: int) -> dict:
+    """Copy, the best flat read, cuBLAS, the plan and every part of each config of CONFIGS on one
+    M x N x K (NN, bf16) shape; seconds each, and each product's max relative error."""
     from jtblas.bench import probes, timing
     from jtblas.config import Config
     from read_ceiling import read_launcher
