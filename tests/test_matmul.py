@@ -49,14 +49,20 @@ def check_product(product, backend, rng, m, n, k, dtype, transpose_a=False, tran
     return out, a, b
 
 
+def check_config(config, backend, rng, m, n, k, dtype, transpose_a=False, transpose_b=False):
+    """`check_product` of `jtblas.matmul` with `config` forced, operands stored as the layout says."""
+    return check_product(
+        lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
+        backend, rng, m, n, k, dtype, transpose_a, transpose_b)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matches_float64_reference(backend, dtype, transpose_a, transpose_b, m, n, k, rng):
     config = SMALL_CONFIGS[(m + n + k) % len(SMALL_CONFIGS)]
-    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
-                  backend, rng, m, n, k, dtype, transpose_a, transpose_b)
+    check_config(config, backend, rng, m, n, k, dtype, transpose_a, transpose_b)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

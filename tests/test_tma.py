@@ -16,7 +16,7 @@ from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
 from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
-from tests.test_matmul import BACKENDS, check_product, on_backend
+from tests.test_matmul import BACKENDS, check_config, check_product, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -40,8 +40,7 @@ MMA_SYNC_TMA_CONFIGS = [
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_tma_kernel_matches_float64(backend, dtype, transpose_a, transpose_b, m, n, k, rng):
     config = TMA_CONFIGS[(m + n + k) % len(TMA_CONFIGS)]
-    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
-                  backend, rng, m, n, k, dtype, transpose_a, transpose_b)
+    check_config(config, backend, rng, m, n, k, dtype, transpose_a, transpose_b)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -54,8 +53,7 @@ def test_tma_kernel_runs_mma_sync_tiles(backend, config, transpose_a, transpose_
     so M = 1 and 3 run with A as used."""
     if transpose_a and m % 8:
         pytest.skip("a [K, M] A with M < 8 has rows TMA cannot address (not a multiple of 16 bytes)")
-    check_product(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config),
-                  backend, rng, m, n, k, "bfloat16", transpose_a, transpose_b)
+    check_config(config, backend, rng, m, n, k, "bfloat16", transpose_a, transpose_b)
 
 
 def test_model_offers_tma_twins_of_wgmma_tiles_only():

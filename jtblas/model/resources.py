@@ -50,9 +50,9 @@ TMA_DTYPES = ("bfloat16", "float16")
 
 def tma_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
     """Reasons the TMA kernel cannot run `config` on `problem`; empty when it can. Any tile runs:
-    a wgmma tile, or one Triton lowers to mma.sync (e.g. the 16-row decode tiles; compiled for
-    sm_90 with bulk-tensor loads and checked in the interpreter, not yet measured on the GPU, so
-    `candidates` offers only the wgmma ones)."""
+    a wgmma tile, or one Triton lowers to mma.sync (e.g. the 16-row decode tiles, which ran 4-6 µs
+    slower than on the pointer kernel on the H200, BENCHMARKS.md session 17, so `candidates`
+    offers only the wgmma ones)."""
     errors = []
     if not hardware.tma:
         errors.append(f"{hardware.name} has no TMA kernel (no tensor-memory accelerator, or the "
