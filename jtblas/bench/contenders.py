@@ -15,10 +15,18 @@ Contenders (names used in the results JSON):
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 
+from jtblas.bench.jax_loop import (  # noqa: F401 - the torch runner's names for them
+    MAX_OPERAND_SETS,
+    SlopeTimer,
+    empty_iteration_seconds,
+    jtblas_dot,
+    operand_sets,
+    xla_dot,
+)
+from jtblas.bench.jax_loop import operands as jax_operands  # noqa: F401
 from jtblas.config import Config, Problem
 
 # Triton tutorial 03 (python/tutorials/03-matrix-multiplication.py, `get_cuda_autotune_config`,
@@ -35,25 +43,12 @@ TUTORIAL_CONFIGS = (
     Config(block_m=32, block_n=64, block_k=32, group_m=8, num_stages=5, num_warps=2),
 )
 
-# Operand sets rotate so that the bytes touched per launch cycle exceed the L2 this many times
-# over: weights then come from DRAM, as in a real forward pass, not from a hot L2.
-L2_ROTATION_FACTOR = 2.5
-MAX_OPERAND_SETS = 16
-
-
 def config_dict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
 def config_from_dict(values: dict) -> Config:
     return Config(**values)
-
-
-def operand_sets(set_bytes: int, l2_bytes: int, *, limit: int = MAX_OPERAND_SETS) -> int:
-    """How many operand sets to rotate through: enough that they cover L2_ROTATION_FACTOR × L2."""
-    if set_bytes <= 0:
-        return 1
-    return int(max(1, min(limit, math.ceil(L2_ROTATION_FACTOR * l2_bytes / set_bytes))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,166 +296,13 @@ def cublas_launcher(ops: TorchOperands) -> Callable[[int], object]:
     return launch
 
 
-# --------------------------------------------------------------------------------------------
-# JAX side: XLA's dot and jtblas.matmul, timed by the slope method
-# --------------------------------------------------------------------------------------------
-
-
-def xla_dot(shape) -> Callable:
-    """`lax.dot_general` contracting the stored layouts directly (no explicit transpose)."""
-    import jax
-    import jax.numpy as jnp
-
-    ca = 0 if shape.transpose_a else 1
-    cb = 1 if shape.transpose_b else 0
-    out = jnp.dtype(shape.dtype)
-
-    def dot(a, b):
-        return jax.lax.dot_general(a, b, (((ca,), (cb,)), ((), ())), preferred_element_type=out)
-
-    return dot
-
-
-def jtblas_dot(shape, config: Config | None) -> Callable:
-    import jtblas
-
-    def dot(a, b):
-        return jtblas.matmul(a, b, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b, config=config)
-
-    return dot
-
-
-# Products per body of the timing loop (unrolled iterations x operand sets). On the H200 one
-# iteration of XLA's while loop cost 16-25 µs of its own (BENCHMARKS.md, 2026-11-30) - a
-# device-to-host check of the loop condition - which the slope charged to every product; with 16
-# products per body it is paid once per 16. A body of 16 iterations x 16 operand sets (small
-# shapes rotate 16 sets to defeat L2) took XLA up to 11.6 s to compile per shape; the unroll
-# shrinks as the sets grow instead.
-LOOP_UNROLL = 16
-
-
-def loop_unroll(sets: int, repeats: int) -> int:
-    """Iterations unrolled into one loop body: enough for LOOP_UNROLL products (at most
-    `repeats`)."""
-    return max(1, min(repeats, -(-LOOP_UNROLL // sets)))
-
-
-def loop_function(dot: Callable, repeats: int) -> Callable:
-    """f(as_, bs) → outputs: `repeats` iterations, each running `dot` once on every operand set,
-    in a `fori_loop` whose body holds `loop_unroll` iterations. XLA can neither hoist nor merge
-    the dots: each iteration writes tanh(C[0, 0]) into A[0, 0] (an in-place one-element update of
-    the loop-carried A), so the next iteration's product depends on this one's. Every C of every
-    iteration in the body is a loop output: were only the last one's carried, XLA would compute
-    just C[0, 0] of the others' split-K reductions (it pushes the slice into the reduce fusion),
-    timing cuBLAS's split products without most of their reduction."""
-    import jax
-    import jax.numpy as jnp
-
-    def f(as_, bs):
-        unroll = loop_unroll(len(as_), repeats)
-        trips, rest = divmod(repeats, unroll)
-
-        def iteration(as_):
-            new_as, cs = [], []
-            for a, b in zip(as_, bs):
-                c = dot(a, b)
-                new_as.append(a.at[0, 0].set(jnp.tanh(c[0, 0].astype(jnp.float32)).astype(a.dtype)))
-                cs.append(c)
-            return new_as, cs
-
-        def body(_, carry):
-            as_, _ = carry
-            outputs = []
-            for _ in range(unroll):
-                as_, cs = iteration(as_)
-                outputs.append(cs)
-            return as_, outputs
-
-        shapes = [jax.eval_shape(dot, a, b) for a, b in zip(as_, bs)]
-        outputs = [[jnp.zeros(c.shape, c.dtype) for c in shapes] for _ in range(unroll)]
-        as_, outputs = jax.lax.fori_loop(0, trips, body, (list(as_), outputs))
-        for _ in range(rest):
-            as_, cs = iteration(as_)
-            outputs.append(cs)
-        return outputs
-
-    return f
-
-
-def jax_operands(shape, nbuf: int, seed: int = 0):
-    import jax
-    import jax.numpy as jnp
-
-    dtype = jnp.dtype(shape.dtype)
-    a_shape = (shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k)
-    b_shape = (shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n)
-    keys = jax.random.split(jax.random.key(seed), 2 * nbuf)
-    as_ = [jax.random.normal(keys[2 * i], a_shape, dtype) for i in range(nbuf)]
-    bs = [jax.random.normal(keys[2 * i + 1], b_shape, dtype) for i in range(nbuf)]
-    jax.block_until_ready((as_, bs))
-    return as_, bs
-
-
 def slope_timer_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float = 4e-3
                     ) -> tuple[Callable[[int], dict], dict]:
-    """Compiles the slope loop of `dot` for R and 2R iterations (R so that R iterations of
-    len(as_) dots each take about `target_s`) and returns measure(trials), the per-dot device time
-    by the slope method (callable again without recompiling), and the compile facts."""
-    import jax
-
-    from jtblas.bench.timing import measure_slope, repeats_for
-
-    sets = len(as_)
-    repeats = repeats_for(target_s, estimate_s * sets, lo=2, hi=2048)
-    start = time.perf_counter()
-    short = jax.jit(loop_function(dot, repeats)).lower(as_, bs).compile()
-    compile_s = time.perf_counter() - start
-    long = jax.jit(loop_function(dot, 2 * repeats)).lower(as_, bs).compile()
-    compiled = {repeats: short, 2 * repeats: long}
-    jax.block_until_ready(short(as_, bs))  # warm both (first run allocates, loads kernels)
-    jax.block_until_ready(long(as_, bs))
-
-    def run(r):
-        jax.block_until_ready(compiled[r](as_, bs))
+    """`jax_loop.SlopeTimer` of `dot` as (measure(trials) → result dict, compile facts): the
+    torch runner's JAX spot checks, timed as the benchmark of record times every product."""
+    timer = SlopeTimer(dot, as_, bs, estimate_s=estimate_s, target_s=target_s)
 
     def measure(trials: int) -> dict:
-        result = measure_slope(run, repeats, trials=trials)
-        return dict(
-            seconds=result["seconds"] / sets, t_short_s=result["t_short_s"], t_long_s=result["t_long_s"],
-            fixed_s=result["fixed_s"],
-            method=f"slope (t(2R)-t(R))/R of a jitted fori_loop, R={repeats}, {sets} dot(s) per iteration, "
-            f"median of {trials}",
-        )
+        return dict(timer.measure(trials), method=timer.method(trials))
 
-    return measure, dict(compile_s=compile_s, repeats=repeats, sets=sets)
-
-
-def slope_time_jax(dot: Callable, as_, bs, *, estimate_s: float, target_s: float = 4e-3, trials: int = 5) -> dict:
-    """Per-dot device time of `dot` by the slope method (`slope_timer_jax`, measured once)."""
-    measure, facts = slope_timer_jax(dot, as_, bs, estimate_s=estimate_s, target_s=target_s)
-    return {**measure(trials), **facts}
-
-
-def empty_iteration_seconds(trials: int = 5) -> float:
-    """Device time of one loop iteration with the chaining update but no dot (R = 1000): what the
-    slope method adds per iteration around the dot itself."""
-    import jax
-    import jax.numpy as jnp
-
-    from jtblas.bench.timing import measure_slope
-
-    a = jnp.ones((16, 16), jnp.bfloat16)
-
-    def make(r):
-        def f(a):
-            def body(_, a):
-                return a.at[0, 0].set(jnp.tanh(a[0, 1].astype(jnp.float32)).astype(a.dtype))
-
-            return jax.lax.fori_loop(0, r, body, a, unroll=LOOP_UNROLL)
-
-        return jax.jit(f).lower(a).compile()
-
-    compiled = {1000: make(1000), 2000: make(2000)}
-    for fn in compiled.values():
-        jax.block_until_ready(fn(a))
-    return measure_slope(lambda r: jax.block_until_ready(compiled[r](a)), 1000, trials=trials)["seconds"]
+    return measure, dict(compile_s=timer.compile_s, repeats=timer.products, sets=timer.sets)

@@ -1,4 +1,6 @@
-"""The benchmark shape sets: `benchmarks/shapes/*.csv` (columns name,group,M,N,K,layout,dtype,quick)."""
+"""The benchmark shape sets, package data in `jtblas/bench/shapes/` (written by
+`python -m jtblas.bench.make_shapes`): `*.csv` with columns name,family,regime,M,N,K,layout,dtype,
+quick, and `families.csv` naming each model family's public source."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from pathlib import Path
 
 from jtblas.config import OPERAND_DTYPE_BYTES, Problem
 
-SHAPES_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "shapes"
-SET_NAMES = ("square", "llm", "odd", "deepk")
+SHAPES_DIR = Path(__file__).resolve().parent / "shapes"
+SET_NAMES = ("models", "odd", "deepk", "square")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 # Short names accepted in the dtype column.
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32"}
@@ -22,13 +24,19 @@ class Shape:
 
     name: str
     set: str
-    group: str
+    family: str
+    regime: str
     m: int
     n: int
     k: int
     layout: str
     dtype: str
     quick: bool = False
+
+    @property
+    def group(self) -> str:
+        """`family.regime`, e.g. `gpt2-xl.decode`."""
+        return self.family if self.family == self.regime else f"{self.family}.{self.regime}"
 
     @property
     def transpose_a(self) -> bool:
@@ -76,7 +84,8 @@ def parse_row(row: dict[str, str], set_name: str) -> Shape:
         raise ValueError(f"{set_name}.csv: dtype must be one of {sorted(OPERAND_DTYPE_BYTES)} in {row!r}")
     name = (row.get("name") or "").strip() or f"{m}x{n}x{k}.{layout}"
     return Shape(
-        name=name, set=set_name, group=(row.get("group") or set_name).strip(), m=m, n=n, k=k,
+        name=name, set=set_name, family=(row.get("family") or set_name).strip(),
+        regime=(row.get("regime") or row.get("family") or set_name).strip(), m=m, n=n, k=k,
         layout=layout, dtype=dtype, quick=(row.get("quick") or "0").strip() in ("1", "true", "yes"),
     )
 
@@ -106,3 +115,9 @@ def load(set_names=SET_NAMES, *, quick: bool = False, directory: Path = SHAPES_D
 
 def _round_robin(lists: list[list[Shape]]) -> list[Shape]:
     return [s for batch in itertools.zip_longest(*lists) for s in batch if s is not None]
+
+
+def load_families(directory: Path = SHAPES_DIR) -> dict[str, dict[str, str]]:
+    """{family: its row of `families.csv`} (source URL, kind, the dimensions used)."""
+    with (Path(directory) / "families.csv").open(newline="") as f:
+        return {row["family"]: row for row in csv.DictReader(f)}

@@ -1,0 +1,260 @@
+"""The report of `jtblas bench`: statistics, `report.md` and the plots from the results files.
+
+Inputs in the output directory: `results.json` (products through JAX, `through_jax`), optionally
+`model_steps.json` (whole model steps) and `torch/results.json` (torch-launch contenders). Ratios
+are speeds, jtblas ÷ XLA (> 1: jtblas faster), each product timed once; a product several
+families share counts once overall and once in each family. Torch-launch ratios are reported in
+their own section and never enter a through-JAX figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from jtblas.bench import report as torch_report
+
+WORST = 10
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def stats(values: list[float]) -> dict:
+    """Geometric mean, min, max and the shares below 0.9 and 1.0 of speed ratios."""
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return dict(count=0, geomean=None, min=None, max=None, below_0_9=None, below_1_0=None)
+    return dict(count=len(values), geomean=geomean(values), min=min(values), max=max(values),
+                below_0_9=sum(v < 0.9 for v in values) / len(values),
+                below_1_0=sum(v < 1.0 for v in values) / len(values))
+
+
+def merge(parts: list[dict]) -> dict:
+    """Several results files as one: products by key (a later file's wins), the first's meta."""
+    if not parts:
+        raise ValueError("no results to merge")
+    by_key = {}
+    for part in parts:
+        if "products" not in part:
+            raise ValueError("not a through-JAX results file (no 'products')")
+        for record in part["products"]:
+            by_key[record["key"]] = record
+    meta = dict(parts[0].get("meta", {}))
+    if len(parts) > 1:
+        meta["merged_from"] = [p.get("meta", {}).get("date") for p in parts]
+    return dict(meta=meta, products=list(by_key.values()))
+
+
+def summary(results: dict) -> dict:
+    """Everything the report states, as numbers."""
+    products = results.get("products", [])
+    timed = [r for r in products if r.get("speedup") and not r.get("error")]
+    by_family, by_regime, by_family_regime = defaultdict(list), defaultdict(list), defaultdict(list)
+    for r in timed:
+        for family in r["families"]:
+            by_family[family].append(r["speedup"])
+        for regime in r["regimes"]:
+            by_regime[regime].append(r["speedup"])
+        for name in r["names"]:
+            family, regime = _family_regime(r, name)
+            by_family_regime[(family, regime)].append(r["speedup"])
+    worst = sorted(timed, key=lambda r: r["speedup"])[:WORST]
+    return dict(
+        all=stats([r["speedup"] for r in timed]),
+        families={k: stats(v) for k, v in sorted(by_family.items())},
+        regimes={k: stats(v) for k, v in sorted(by_regime.items())},
+        family_regimes={f"{f} {g}": stats(v) for (f, g), v in sorted(by_family_regime.items())},
+        worst=[_brief(r) for r in worst],
+        errors=[dict(key=r["key"], names=r["names"][:3], error=r.get("error") or _contender_errors(r))
+                for r in products if r.get("error") or not r.get("speedup")],
+        products=len(products),
+        rows=sum(len(r["names"]) for r in products),
+    )
+
+
+def _family_regime(record: dict, name: str) -> tuple[str, str]:
+    """(family, regime) of one row name: the record lists them in name order when one family
+    holds the product; otherwise the name's first field is its family."""
+    family = name.split(".")[0] if "." in name else record["families"][0]
+    if family not in record["families"]:
+        family = record["families"][0]
+    regime = record["regimes"][0] if len(record["regimes"]) == 1 else _regime_of(name)
+    return family, regime
+
+
+def _regime_of(name: str) -> str:
+    parts = name.split(".")
+    if len(parts) >= 4 and parts[-1].startswith("T"):
+        return "train"
+    if len(parts) >= 4 and parts[-1].startswith("M"):
+        m = int(parts[-1][1:])
+        return "decode" if m <= 64 else "prefill"
+    return parts[0]
+
+
+def _contender_errors(record: dict) -> str:
+    return "; ".join(f"{n}: {c['error']}" for n, c in record.get("contenders", {}).items() if c.get("error"))
+
+
+def _brief(r: dict) -> dict:
+    plan = r.get("plan", {})
+    repack = f", repack {plan['repack']}" if plan.get("repack") else ""
+    return dict(key=r["key"], names=r["names"][:3], speedup=r["speedup"],
+                jtblas_us=r["contenders"]["jtblas"]["seconds"] * 1e6, xla_us=r["contenders"]["xla"]["seconds"] * 1e6,
+                plan=(plan.get("config") or plan.get("error", "?")) + repack)
+
+
+def _f(value, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def _stats_row(name: str, s: dict) -> str:
+    return (f"| {name} | {s['count']} | {_f(s['geomean'])} | {_f(s['min'])} | {_f(s['max'])} | "
+            f"{_pct(s['below_0_9'])} | {_pct(s['below_1_0'])} |")
+
+
+STATS_HEADER = ["| {} | products | jtblas ÷ XLA (geomean) | min | max | below 0.9 | below 1.0 |",
+                "|---|---|---|---|---|---|---|"]
+
+
+def summary_text(results: dict) -> str:
+    s = summary(results)
+    a = s["all"]
+    return (f"jtblas ÷ XLA through JAX: geomean {_f(a['geomean'])} over {a['count']} products "
+            f"({_pct(a['below_0_9'])} below 0.9, {_pct(a['below_1_0'])} below 1.0; min {_f(a['min'])}, "
+            f"max {_f(a['max'])}); {len(s['errors'])} not timed")
+
+
+def markdown(results: dict, model_steps: dict | None = None, torch_results: dict | None = None) -> str:
+    s = summary(results)
+    meta = results.get("meta", {})
+    versions = ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items() if v)
+    out = [f"# jtblas bench — {meta.get('date', '?')}, {meta.get('device', '?')}", "",
+           f"Versions: {versions}.", "", f"Method: {meta.get('method', '?')}.", "",
+           f"{s['products']} distinct products ({s['rows']} shape rows). {summary_text(results)}.", ""]
+    if meta.get("stopped"):
+        out += [f"**Stopped early**: {meta['stopped']}.", ""]
+    out += ["## By regime", ""] + [h.format("regime") for h in STATS_HEADER]
+    out += [_stats_row(k, v) for k, v in s["regimes"].items()] + [_stats_row("**all**", s["all"]), ""]
+    out += ["## By family", ""] + [h.format("family") for h in STATS_HEADER]
+    out += [_stats_row(k, v) for k, v in s["families"].items()] + [""]
+    out += ["## By family and regime", ""] + [h.format("family, regime") for h in STATS_HEADER]
+    out += [_stats_row(k, v) for k, v in s["family_regimes"].items()] + [""]
+    out += [f"## The {WORST} slowest against XLA", "",
+            "| product | rows (first) | jtblas µs | XLA µs | jtblas ÷ XLA | plan |", "|---|---|---|---|---|---|"]
+    out += [f"| {w['key']} | {', '.join(w['names'])} | {w['jtblas_us']:.1f} | {w['xla_us']:.1f} | "
+            f"{w['speedup']:.2f} | {w['plan']} |" for w in s["worst"]] + [""]
+    if s["errors"]:
+        out += ["## Not timed", ""] + [f"- {e['key']} ({', '.join(e['names'])}): {e['error']}" for e in s["errors"]]
+        out += [""]
+    if model_steps:
+        from jtblas.bench import model_steps as steps_mod
+
+        out += ["## Whole model steps", "", steps_mod.markdown(model_steps), ""]
+    if torch_results:
+        ts = torch_report.summary(torch_results)
+        out += ["## Torch launches (cuBLAS, the exhaustive oracle, the tutorial's autotune)", "",
+                "Our kernels launched on torch tensors in CUDA graphs, against `torch.mm` and each other: a "
+                "search instrument, not what a JAX user gets. These ratios are torch launch against torch launch.",
+                "", "```", json.dumps(dict(shapes=ts["shapes"], pick_over_oracle=ts["pick_over_oracle"],
+                                          geomeans=ts["geomeans"]), indent=1), "```", ""]
+    out += ["## All products", "",
+            "| product | families | regimes | jtblas µs | XLA µs | jtblas ÷ XLA | jtblas TFLOP/s | XLA TFLOP/s "
+            "| plan | first call s (jtblas / XLA) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results.get("products", []), key=lambda r: (r["families"][0], r["regimes"][0], r["flops"])):
+        c = r.get("contenders", {})
+        ours, xla = c.get("jtblas", {}), c.get("xla", {})
+        plan = r.get("plan", {})
+        row = [r["key"], ", ".join(r["families"]), ", ".join(r["regimes"]),
+               _f(_us(ours.get("seconds")), 1), _f(_us(xla.get("seconds")), 1), _f(r.get("speedup")),
+               _f(_tflops(r, ours), 0), _f(_tflops(r, xla), 0),
+               (plan.get("config") or "") + (f" repack {plan['repack']}" if plan.get("repack") else ""),
+               f"{_f(ours.get('first_call_s'), 1)} / {_f(xla.get('first_call_s'), 1)}"]
+        if r.get("error"):
+            row[5] = "error"
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _us(seconds):
+    return seconds * 1e6 if seconds else None
+
+
+def _tflops(record: dict, entry: dict):
+    return record["flops"] / entry["seconds"] / 1e12 if entry.get("seconds") else None
+
+
+def plots(results: dict, out_dir: Path, torch_results: dict | None = None) -> dict:
+    """vs_xla_by_family.png, tflops_vs_size.png and (with torch results) pick_vs_oracle.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summary(results)
+    device = results.get("meta", {}).get("device", "")
+    paths = {}
+    families = list(s["families"])
+    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(families) + 2), 4.5))
+    if families:
+        values = [s["families"][f]["geomean"] or 0 for f in families]
+        ax.bar(range(len(families)), values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xticks(range(len(families)))
+        ax.set_xticklabels(families, rotation=50, ha="right", fontsize=8)
+    ax.set_ylabel("jtblas ÷ XLA, speed (geomean)")
+    ax.set_title(f"jtblas.matmul vs XLA's dot through jax.jit, per family ({device})")
+    ax.grid(axis="y", alpha=0.3)
+    paths["vs_xla_by_family"] = _save(fig, out_dir / "vs_xla_by_family.png", plt)
+
+    timed = [r for r in results.get("products", []) if r.get("speedup") and not r.get("error")]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for name, marker in (("xla", "x"), ("jtblas", ".")):
+        pts = [(r["flops"], _tflops(r, r["contenders"][name])) for r in timed]
+        if pts:
+            ax.scatter(*zip(*pts), s=12, marker=marker, label="XLA dot" if name == "xla" else "jtblas.matmul",
+                       alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("FLOPs per product")
+    ax.set_ylabel("TFLOP/s (through JAX)")
+    ax.set_title(f"TFLOP/s against size, every product ({device})")
+    ax.grid(alpha=0.3)
+    if timed:
+        ax.legend()
+    paths["tflops_vs_size"] = _save(fig, out_dir / "tflops_vs_size.png", plt)
+    if torch_results:
+        paths.update({k: v for k, v in torch_report.plots(torch_results, out_dir / "torch").items()
+                      if k == "pick_vs_oracle"})
+    return paths
+
+
+def _save(fig, path: Path, plt) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(out_dir) -> dict:
+    """report.md, summary.json and the plots in `out_dir`, from the results files there."""
+    out_dir = Path(out_dir)
+    results_path = out_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else dict(meta={}, products=[])
+    steps_path = out_dir / "model_steps.json"
+    model_steps = json.loads(steps_path.read_text()) if steps_path.exists() else None
+    torch_path = out_dir / "torch" / "results.json"
+    torch_results = json.loads(torch_path.read_text()) if torch_path.exists() else None
+    paths = {"report": out_dir / "report.md", "summary": out_dir / "summary.json"}
+    paths["report"].write_text(markdown(results, model_steps, torch_results))
+    paths["summary"].write_text(json.dumps(summary(results), indent=1))
+    paths.update(plots(results, out_dir, torch_results))
+    return paths
