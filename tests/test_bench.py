@@ -1,5 +1,6 @@
-"""CPU tests of `jtblas bench` (shape sets, timing arithmetic, oracle search and cache, report);
-the gpu-marked smoke test runs the real benchmark on two tiny shapes."""
+"""CPU tests of `jtblas bench`: shape sets and their sources, the through-JAX slope loop and its
+records, statistics and report, the command line without a GPU (and without torch), and the torch
+runner's oracle search and cache; the gpu-marked smoke test runs the real benchmark on tiny shapes."""
 
 from __future__ import annotations
 
@@ -15,25 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jtblas.bench import cli, contenders, oracle, report, shapes, timing
+from jtblas.bench import (
+    cli, contenders, jax_loop, jax_report, oracle, report, shapes, through_jax, timing, torch_runner,
+)
 from jtblas.config import Config, Problem
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def benchmark_module(name: str):
-    """benchmarks/<name>.py loaded as a module (the benchmarks folder on sys.path while it loads,
-    for the scripts that import each other)."""
-    import importlib.util
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return module
 
 
 def _has_cuda() -> bool:
@@ -58,34 +46,9 @@ def test_shape_sets_parse_and_are_valid():
             assert all(isinstance(x, int) and x > 0 for x in (s.m, s.n, s.k)), s
             assert s.layout in shapes.LAYOUTS, s
             assert s.dtype in ("bfloat16", "float16", "float32"), s
-            assert s.flops <= 3.0e12, s  # keeps the whole run inside the time budget
+            assert name == "models" or s.flops <= 3.0e12, s  # the synthetic sets stay short
             s.problem()  # a valid Problem
-    assert total >= 100
-
-
-def test_odd_set_is_odd_and_reproducible(tmp_path):
-    odd = shapes.load_set("odd")
-    assert len(odd) >= 20
-    assert all(x % 8 and 500 <= x <= 16000 for s in odd for x in (s.m, s.n, s.k))
-    # The committed CSVs are exactly what the seeded script writes.
-    module = benchmark_module("make_shapes")
-    module.HERE = tmp_path
-    module.main()
-    for name in shapes.SET_NAMES:
-        assert (tmp_path / f"{name}.csv").read_text() == (shapes.SHAPES_DIR / f"{name}.csv").read_text(), name
-
-
-def test_llm_set_has_forward_and_backward_layouts():
-    llm = shapes.load_set("llm")
-    layouts = {s.layout for s in llm}
-    assert {"NN", "NT", "TN"} <= layouts
-    ms = {s.m for s in llm if s.name.endswith(("M1", "M8", "M16", "M64", "M128"))}
-    assert {1, 8, 16, 64, 128} <= ms
-    # dx of W[in, out]: M = tokens, N = in, K = out, B read transposed.
-    dx = next(s for s in llm if s.name == "llama3-8b.down.dx.T4096")
-    assert (dx.m, dx.n, dx.k, dx.layout) == (4096, 14336, 4096, "NT")
-    dw = next(s for s in llm if s.name == "llama3-8b.down.dw.T4096")
-    assert (dw.m, dw.n, dw.k, dw.layout) == (14336, 4096, 4096, "TN")
+    assert total >= 500
 
 
 def test_quick_subset_comes_first_and_covers_every_set():
@@ -95,6 +58,40 @@ def test_quick_subset_comes_first_and_covers_every_set():
     full = shapes.load()
     assert full[: len(quick)] == quick
     assert len(full) == sum(len(shapes.load_set(n)) for n in shapes.SET_NAMES)
+
+
+def test_every_family_cites_its_config_and_has_every_regime():
+    families = shapes.load_families()
+    rows = shapes.load_set("models")
+    assert {r.family for r in rows} == set(families) and len(families) >= 17
+    for name, row in families.items():
+        assert re.fullmatch(r"https://huggingface\.co/[\w.-]+/[\w.-]+/blob/main/config\.json", row["source"]), name
+        mine = [r for r in rows if r.family == name]
+        regimes = {r.regime for r in mine}
+        expected = {"decoder": {"decode", "prefill", "train"}, "encoder": {"inference", "train"},
+                    "experts": {"expert", "train"}}[row["kind"]]
+        assert regimes == expected, name
+        assert {r.layout for r in mine if r.regime == "train"} == {"NN", "NT", "TN"}, name
+        if row["kind"] == "decoder":
+            assert {r.m for r in mine if r.regime == "decode"} == {1, 4, 16, 64}, name
+            assert {r.m for r in mine if r.regime == "prefill"} == {2048, 8192}, name
+            assert any(r.name.startswith(f"{name}.lm_head.") and r.n == int(row["vocab"]) for r in mine), name
+    by_name = {r.name: r for r in rows}
+    # dx of W[in, out]: M = tokens, N = in, K = out, B read transposed; dw: A read transposed.
+    dx, dw = by_name["llama3-8b.down.dx.T8192"], by_name["llama3-8b.down.dw.T8192"]
+    assert (dx.m, dx.n, dx.k, dx.layout) == (8192, 14336, 4096, "NT")
+    assert (dw.m, dw.n, dw.k, dw.layout) == (14336, 4096, 8192, "TN")
+    assert (by_name["gpt2-xl.lm_head.fwd.M1"].n, by_name["gemma2-9b.o.fwd.M1"].k) == (50257, 4096)
+
+
+def test_the_committed_sets_are_what_make_shapes_writes(tmp_path):
+    from jtblas.bench import make_shapes
+
+    make_shapes.main(tmp_path)
+    for path in sorted(shapes.SHAPES_DIR.glob("*.csv")):
+        assert (tmp_path / path.name).read_text() == path.read_text(), path.name
+    odd = shapes.load_set("odd")
+    assert len(odd) >= 20 and all(x % 8 and 500 <= x <= 16000 for s in odd for x in (s.m, s.n, s.k))
 
 
 def test_parse_row_rejects_bad_rows():
@@ -158,35 +155,12 @@ def test_operand_sets_cover_l2():
 # ------------------------------------------------------------------------------ XLA loop (CPU jax)
 
 
-def test_xla_slope_loop_keeps_every_dot_inside_the_loop():
-    import jax
-
-    shape = shapes.Shape(name="t", set="t", group="t", m=32, n=48, k=64, layout="NT", dtype="float32")
-    as_, bs = contenders.jax_operands(shape, 2)
-    repeats = 2 * contenders.LOOP_UNROLL  # a while loop whose body is LOOP_UNROLL / 2 iterations of 2 sets
-    f = jax.jit(contenders.loop_function(contenders.xla_dot(shape), repeats))
-    out = f(as_, bs)
-    # Every C of the unrolled body is a loop output (none may be computed only at C[0, 0]).
-    assert len(out) == contenders.LOOP_UNROLL // 2 and all(len(cs) == 2 for cs in out)
-    assert all(c.shape == (32, 48) for cs in out for c in cs)
-    hlo = f.lower(as_, bs).compile().as_text()
-    entry = hlo[hlo.index("ENTRY"):]
-    assert "while(" in entry and "dot_general" not in entry  # no dot hoisted out of the loop
-    # Every unrolled iteration keeps one dot per operand set (none merged or eliminated): a body
-    # of LOOP_UNROLL products.
-    assert contenders.loop_unroll(2, repeats) == contenders.LOOP_UNROLL // 2
-    assert len(re.findall(r'op_name="[^"]*dot_general"', hlo)) >= contenders.LOOP_UNROLL
-    assert contenders.loop_unroll(16, 1000) == 1 and contenders.loop_unroll(1, 3) == 3
-    result = contenders.slope_time_jax(contenders.xla_dot(shape), as_, bs, estimate_s=1e-5, target_s=1e-4, trials=2)
-    assert result["repeats"] >= 2 and "slope" in result["method"]
-
-
 def test_jax_timings_run_in_turn_and_keep_the_median_of_the_rounds(tmp_path):
     """The runner's XLA column and JAX spot check: each loop compiled once, timed in rounds in
     turn, the median kept; a dot that fails gets its own error and the others still run."""
-    shape = shapes.Shape(name="t", set="t", group="t", m=16, n=24, k=32, layout="NN", dtype="float32")
+    shape = shapes.Shape(name="t", set="t", family="t", regime="t", m=16, n=24, k=32, layout="NN", dtype="float32")
     args = cli.build_parser().parse_args(["--out", str(tmp_path), "--jax-rounds", "3"])
-    runner = cli.Runner(args)
+    runner = torch_runner.Runner(args)
     runner.C = contenders
 
     def broken(a, b):
@@ -202,104 +176,6 @@ def test_jax_timings_run_in_turn_and_keep_the_median_of_the_rounds(tmp_path):
                                                 estimate_s=1e-5, target_s=1e-4)
     first, second = measure(1), measure(2)
     assert facts["sets"] == 1 and "median of 1" in first["method"] and "median of 2" in second["method"]
-
-
-def test_xla_slope_loop_computes_the_chained_products_with_a_remainder():
-    import jax
-
-    shape = shapes.Shape(name="t", set="t", group="t", m=8, n=16, k=24, layout="NN", dtype="float32")
-    as_, bs = contenders.jax_operands(shape, 3)
-    repeats = 7  # a body of 6 iterations of 3 sets, then one iteration after the loop
-    assert contenders.loop_unroll(3, repeats) == 6
-    out = jax.jit(contenders.loop_function(contenders.xla_dot(shape), repeats))(as_, bs)
-    assert len(out) == 7  # the body's six iterations and the remainder's one, three Cs each
-    expected = [[None] * 3 for _ in range(repeats)]
-    current = [np.asarray(a, np.float64) for a in as_]
-    for step in range(repeats):
-        for i, b in enumerate(bs):
-            c = current[i] @ np.asarray(b, np.float64)
-            expected[step][i] = c
-            current[i] = current[i].copy()
-            current[i][0, 0] = np.tanh(np.float32(c[0, 0]))
-    # The loop holds the last trip's body (iterations 0..5 of the last trip = iterations 0..5
-    # here, one trip) and then the remainder (iteration 6).
-    for step in range(repeats):
-        for i in range(3):
-            got = np.asarray(out[step][i], np.float64)
-            assert np.linalg.norm(got - expected[step][i]) <= 1e-5 * np.linalg.norm(expected[step][i])
-
-
-def test_matmul_vs_xla_loop_carries_the_whole_product():
-    """benchmarks/matmul_vs_xla.looped (the slope loop of mlp_block.py, mlp_gemms.py and
-    sustained.py): the last C is a loop output, so XLA computes every element of every C."""
-    import jax
-    import jax.numpy as jnp
-
-    module = benchmark_module("matmul_vs_xla")
-    a = jax.random.normal(jax.random.key(1), (8, 24), jnp.float32)
-    b = jax.random.normal(jax.random.key(2), (24, 16), jnp.float32)
-    checksum, c = module.looped(jnp.dot, 3)(a, b)
-    expected = np.asarray(a, np.float64) @ np.asarray(b, np.float64)  # A[0, 0] is rewritten unchanged
-    assert c.shape == (8, 16)
-    assert np.linalg.norm(np.asarray(c, np.float64) - expected) <= 1e-5 * np.linalg.norm(expected)
-    assert float(checksum) == pytest.approx(3 * expected[0, 0], rel=1e-5)
-
-
-def sass_stats_module():
-    """benchmarks/sass_stats.py as a module (it lowers through jax-triton: skipped without it)."""
-    from tests.reference import require_jax_triton
-
-    require_jax_triton()
-    return benchmark_module("sass_stats")
-
-
-def test_sass_stats_reads_the_k_loop_of_the_lowered_kernel(tmp_path):
-    """benchmarks/sass_stats.py: jax-triton's real CUDA compile of a forced decode config, assembled
-    and disassembled by Triton's tools on any machine; the K loop is found, with its async copies
-    and tensor-core instructions, at M = 1 (A's rows masked) and M = 16 alike."""
-    module = sass_stats_module()
-    config = Config.from_short("16x64x128 w4 s3 g1")
-    loops = {}
-    for m in (1, 16):
-        directory = tmp_path / str(m)
-        directory.mkdir()
-        kernels = module.lowered_ptx(m, 256, 1024, layout="NN", dtype="bfloat16", config=config,
-                                     compute_capability=90, directory=directory)
-        assert list(kernels) == ["matmul_kernel"]
-        report, sass = module.assemble(kernels["matmul_kernel"], "matmul_kernel", 90, directory)
-        assert "registers" in report
-        loops[m] = [loop for loop in module.loop_mixes(sass) if loop.get("HMMA")]
-        assert len(loops[m]) == 1, loops[m]
-    # One K step of a 16x64x128 tile: A 16x128 and B 128x64 bf16 by 16-byte async copies over
-    # 128 threads (2 + 8 per thread; A's masked rows still issue theirs), and the same MMAs.
-    assert loops[1][0]["LDGSTS"] == loops[16][0]["LDGSTS"] == 10
-    assert loops[1][0]["HMMA"] == loops[16][0]["HMMA"] > 0
-
-
-def test_short_a_mask_adds_no_per_step_work(tmp_path):
-    """A decode tile's row mask is a compile-time constant (`matmul_kernel`'s SHORT_A_ROWS): the
-    K loop of a 16x64x256 2-warp tile at M = 1 and 3 (A's rows masked) holds no more predicate
-    work and registers than at M = 16 (no mask), give or take a few. When the mask compared rows
-    with the run-time M, the loop re-derived it every step: 14 ISETP + 9 SEL more and 180
-    registers against 160 (H200 SASS, BENCHMARKS.md session 14), and M = 1 streamed 8-24% slower."""
-    module = sass_stats_module()
-    config = Config.from_short("16x64x256 w2 s5 g1")
-    predicates, registers = {}, {}
-    for m in (1, 3, 16):
-        directory = tmp_path / str(m)
-        directory.mkdir()
-        kernels = module.lowered_ptx(m, 512, 2048, layout="NN", dtype="bfloat16", config=config,
-                                     compute_capability=90, directory=directory)
-        report, sass = module.assemble(kernels["matmul_kernel"], "matmul_kernel", 90, directory)
-        (loop,) = [loop for loop in module.loop_mixes(sass) if loop.get("HMMA")]
-        predicates[m] = loop.get("ISETP", 0) + loop.get("SEL", 0)
-        registers[m] = int(re.search(r"Used (\d+) registers", report).group(1))
-    for m in (1, 3):
-        assert predicates[m] <= predicates[16] + 6, predicates
-        assert registers[m] <= registers[16] + 8, registers
-
-
-# ------------------------------------------------------------------------------ oracle
 
 
 def test_compile_key_dedupes_by_specialisation():
@@ -443,7 +319,171 @@ def test_nvmmh_mapping_clamps_to_the_kernel():
     assert small.num_warps == 4 and small.block_m == 16 and fits(small)
 
 
-# ------------------------------------------------------------------------------ report
+# ------------------------------------------------------------------------------ the slope loop through JAX (CPU)
+
+
+def _chain(as_, bs, products_per_set):
+    """float64 reference of the loop: each product's C[0, 0] written back into A[0, 0] as tanh."""
+    current = [np.asarray(a, np.float64) for a in as_]
+    last = []
+    for _ in range(products_per_set):
+        last = []
+        for i, b in enumerate(bs):
+            c = current[i] @ np.asarray(b, np.float64)
+            last.append(c)
+            current[i] = current[i].copy()
+            current[i][0, 0] = np.tanh(np.float32(c[0, 0]))
+    return last
+
+
+def test_slope_loop_keeps_every_dot_inside_and_runs_the_chained_products():
+    import jax
+    import jax.numpy as jnp
+
+    shape = shapes.Shape(name="t", set="t", family="t", regime="t", m=8, n=16, k=24, layout="NN", dtype="float32")
+    as_, bs = jax_loop.operands(shape, 3)
+    unroll = jax_loop.loop_unroll(3)
+    assert unroll == 6 and jax_loop.loop_unroll(16) == 1 and jax_loop.loop_unroll(1) == jax_loop.LOOP_UNROLL
+    f = jax.jit(jax_loop.loop_function(jax_loop.xla_dot(shape), unroll))
+    for trips in (1, 2):  # one compiled program, a traced trip count
+        out = f(as_, bs, jnp.int32(trips))
+        assert len(out) == unroll and all(len(cs) == 3 for cs in out)  # every C of the body is an output
+        for got, want in zip(out[-1], _chain(as_, bs, trips * unroll)):
+            assert np.linalg.norm(np.asarray(got, np.float64) - want) <= 1e-5 * np.linalg.norm(want)
+    hlo = f.lower(as_, bs, jnp.int32(1)).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "while(" in entry and "dot_general" not in entry  # no dot hoisted out of the loop
+    assert len(re.findall(r'op_name="[^"]*dot_general"', hlo)) >= 3 * unroll
+
+
+def test_slope_timer_times_two_lengths_of_one_compiled_loop():
+    shape = shapes.Shape(name="t", set="t", family="t", regime="t", m=16, n=24, k=32, layout="NT", dtype="float32")
+    as_, bs = jax_loop.operands(shape, 2)
+    timer = jax_loop.SlopeTimer(jax_loop.xla_dot(shape), as_, bs, estimate_s=1e-6, target_s=2e-4)
+    assert timer.sets == 2 and timer.products == timer.trips * timer.unroll * 2 and timer.compile_s > 0
+    first, second = timer.measure(1), timer.measure(2)
+    assert first["products"] == second["products"] == timer.products
+    assert "median of 2" in timer.method(2) and "traced trip count" in timer.method(2)
+
+
+def test_unique_products_are_timed_once_quick_first_families_in_turn():
+    row = lambda name, family, m, quick=False: shapes.Shape(
+        name=name, set="models", family=family, regime="decode", m=m, n=64, k=64, layout="NN", dtype="bfloat16",
+        quick=quick)
+    rows = [row("a1", "a", 1), row("a2", "a", 2), row("a3", "a", 3), row("b1", "b", 1), row("b5", "b", 5),
+            row("c9", "c", 9, quick=True)]
+    groups = through_jax.unique_products(rows)
+    assert [[r.name for r in g] for g in groups] == [["c9"], ["a1", "b1"], ["b5"], ["a2"], ["a3"]]
+
+
+def test_a_product_record_through_jax_on_the_cpu():
+    """jtblas.matmul (the interpreter here) beside XLA in the same loop: the rounds, the plan, the
+    rows it stands for, the relative difference; a contender that fails keeps its own error."""
+    from jtblas import hardware
+
+    shape = shapes.Shape(name="x.o.fwd.M5", set="models", family="x", regime="decode", m=5, n=24, k=40,
+                         layout="TN", dtype="bfloat16")
+    twin = dataclasses.replace(shape, name="y.o.fwd.M5", family="y")
+    record = through_jax.time_product([shape, twin], l2_bytes=1, hardware=hardware.H200, rounds=2, trials=1,
+                                      target_s=1e-9)
+    assert record["rows"] == [dict(name="x.o.fwd.M5", family="x", regime="decode"),
+                              dict(name="y.o.fwd.M5", family="y", regime="decode")]
+    assert record["families"] == ["x", "y"] and record["plan"]["config"] and "error" not in record
+    assert record["rel_diff"] < 1e-2
+    for name in ("jtblas", "xla"):
+        entry = record["contenders"][name]
+        assert len(entry["round_seconds"]) == 2 and entry["seconds"] == statistics.median(entry["round_seconds"])
+        assert entry["first_call_s"] >= entry["compile_s"] > 0 and "slope" in entry["method"]
+
+    def broken(a, b):
+        raise ValueError("no such kernel")
+
+    record = through_jax.time_product([shape], l2_bytes=1, hardware=hardware.H200, rounds=1, trials=1,
+                                      target_s=1e-9, dots=dict(jtblas=broken, xla=jax_loop.xla_dot(shape)))
+    assert "no such kernel" in record["contenders"]["jtblas"]["error"] and "speedup" not in record
+    assert record["contenders"]["xla"]["round_seconds"]
+
+
+# ------------------------------------------------------------------------------ the report of record
+
+
+def _products(speedups):
+    """Synthetic through-JAX records: product i is shared by families[i] with the given speedup."""
+    records = []
+    for i, (families, speedup) in enumerate(speedups):
+        xla = 1e-4
+        rows = [dict(name=f"{f}.o.fwd.M{i}", family=f, regime="decode" if i % 2 else "train") for f in families]
+        records.append(dict(
+            key=f"{i + 1}x64x64 bfloat16 NN", names=[r["name"] for r in rows], rows=rows, families=sorted(families),
+            regimes=sorted({r["regime"] for r in rows}), M=i + 1, N=64, K=64, layout="NN", dtype="bfloat16",
+            flops=2 * (i + 1) * 64 * 64, bytes=1, plan=dict(config="16x64x64 w4 s3 g1", repack=None),
+            contenders=dict(jtblas=dict(seconds=xla / speedup, first_call_s=1.0),
+                            xla=dict(seconds=xla, first_call_s=2.0)),
+            speedup=speedup))
+    meta = dict(date="2026-12-01", device="NVIDIA H200", versions=dict(jax="0.11.2"), method="slope")
+    return dict(meta=meta, products=records)
+
+
+def test_report_statistics_on_known_inputs():
+    results = _products([(["a"], 0.5), (["a", "b"], 2.0), (["b"], 1.0), (["b"], 0.8)])
+    results["products"].append(dict(results["products"][0], key="9x9x9 bfloat16 NN", speedup=None,
+                                    error="jtblas and XLA results differ by 0.5"))
+    s = jax_report.summary(results)
+    assert s["all"]["count"] == 4 and s["all"]["geomean"] == pytest.approx((0.5 * 2.0 * 1.0 * 0.8) ** 0.25)
+    assert s["all"]["below_0_9"] == 0.5 and s["all"]["below_1_0"] == 0.5 and s["all"]["min"] == 0.5
+    # The shared product counts once overall and once in each of its families.
+    assert s["families"]["a"]["count"] == 2 and s["families"]["b"]["count"] == 3
+    assert s["families"]["a"]["geomean"] == pytest.approx(1.0)
+    assert s["family_regimes"]["b decode"]["count"] == 2 and s["family_regimes"]["a train"]["count"] == 1
+    assert [w["speedup"] for w in s["worst"]] == [0.5, 0.8, 1.0, 2.0] and s["worst"][0]["plan"]
+    assert len(s["errors"]) == 1 and "differ" in s["errors"][0]["error"]
+    text = jax_report.summary_text(results)
+    assert "geomean 0.95 over 4 products (50% below 0.9, 50% below 1.0" in text
+
+
+def test_report_only_merges_parts_with_model_steps(tmp_path):
+    whole = _products([(["a"], 0.5), (["b"], 2.0), (["b"], 1.25)])
+    parts = []
+    for index in range(2):
+        folder = tmp_path / f"part{index}"
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps(dict(whole, products=whole["products"][index::2])))
+        parts.append(str(folder / "results.json"))
+    steps = dict(meta={}, results=[dict(model="tiny", param_dtype="float32", steps=dict(train=dict(
+        flax=dict(seconds=2e-3, first_call_s=3.0), jtblas=dict(seconds=1e-3, first_call_s=4.0),
+        speedup_jtblas_over_flax=2.0, loss_rel_diff=1e-6)))])
+    (tmp_path / "part0" / "model_steps.json").write_text(json.dumps(steps))
+    out = tmp_path / "report"
+    assert cli.main(["--report-only", ",".join(parts), "--out", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert sorted(r["key"] for r in merged["products"]) == sorted(r["key"] for r in whole["products"])
+    text = (out / "report.md").read_text()
+    assert "## By family" in text and "## Whole model steps" in text and "| tiny | float32 | train |" in text
+    assert "2.00×" in text and "Torch launches" not in text
+    for png in ("vs_xla_by_family.png", "tflops_vs_size.png"):
+        assert (out / png).stat().st_size > 0
+    (tmp_path / "torch.json").write_text(json.dumps(dict(meta={}, shapes=[])))
+    assert cli.main(["--report-only", str(tmp_path / "torch.json"), "--out", str(out)]) == 2
+    assert cli.main(["--report-only", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+
+
+def test_bench_with_jax_only_takes_its_cpu_path_and_says_what_it_skipped(tmp_path):
+    """No torch importable and no GPU: `jtblas bench --torch --models` says what it skips, runs
+    the model's plans and the CPU checks, and exits 0 without a traceback."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from jtblas.bench import cli\n"
+            "assert 'torch is not installed' in cli.torch_problem()\n"
+            "sys.exit(cli.main(['--shapes', 'deepk', '--max-shapes', '2', '--torch', '--models', "
+            f"'--out', {str(tmp_path)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "skipping the products through JAX, the model steps, the torch-launch contenders" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(json.loads((tmp_path / "cpu_plan.json").read_text())["plans"]) == 2
+
+
+# ------------------------------------------------------------------------------ torch runner's report
 
 
 def _synthetic_results():
@@ -525,13 +565,38 @@ def test_repacked_picks_leave_the_pick_over_oracle_statistic():
     assert s["groups"]["odd"]["repacked"] == 1 and s["groups"]["odd"]["pick_over_oracle"] is None
 
 
-def test_report_only_cli_and_empty_results(tmp_path):
-    from jtblas.bench import cli
-
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps(dict(meta={}, shapes=[])))
-    assert cli.main(["--report-only", str(path), "--out", str(tmp_path / "r")]) == 0
-    assert (tmp_path / "r" / "square.png").stat().st_size > 0
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU and torch")
+def test_bench_smoke_through_jax_and_torch_on_tiny_shapes(tmp_path):
+    shapes_dir = tmp_path / "shapes"
+    shapes_dir.mkdir()
+    (shapes_dir / "tiny.csv").write_text(
+        "name,family,regime,M,N,K,layout,dtype,quick\n"
+        "t256,tiny,decode,256,256,256,NN,bfloat16,1\n"
+        "t100,tiny,train,100,200,300,NT,bfloat16,1\n"
+        "t1025,tiny,train,1025,2001,1551,NN,bfloat16,1\n"  # the model repacks A and B: copies + kernel
+    )
+    out = tmp_path / "out"
+    # In a subprocess: the CLI leaves through os._exit when nvMatmulHeuristics is installed.
+    proc = subprocess.run(
+        [sys.executable, "-m", "jtblas.bench", "--shapes", "tiny", "--shapes-dir", str(shapes_dir), "--torch",
+         "--max-candidates", "3", "--workers", "4", "--jax-checks", "1", "--out", str(out), "--time-budget", "400"],
+        check=False, capture_output=True, text=True, cwd=REPO, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    assert sorted(n for r in data["products"] for n in r["names"]) == ["t100", "t1025", "t256"]
+    for record in data["products"]:
+        assert record["speedup"] > 0 and record["rel_diff"] < 2e-2 and "error" not in record, record
+    repacked = next(r for r in data["products"] if r["names"] == ["t1025"])
+    assert repacked["plan"]["repack"] == "AB"
+    torch_data = json.loads((out / "torch" / "results.json").read_text())
+    for record in torch_data["shapes"]:
+        for name in ("jtblas", "oracle", "cublas", "tutorial"):
+            assert record["contenders"][name].get("seconds", 0) > 0, (record["name"], name)
+    assert "Torch launches" in (out / "report.md").read_text()
+    for png in ("vs_xla_by_family.png", "tflops_vs_size.png"):
+        assert (out / png).stat().st_size > 0
 
 
 @pytest.mark.skipif(_has_cuda(), reason="this machine has a GPU")
@@ -547,54 +612,10 @@ def test_bench_without_gpu_runs_what_a_cpu_can(tmp_path):
     assert "9 of 9 CPU checks passed" in proc.stdout
     assert "Traceback" not in proc.stderr
     assert (tmp_path / "cpu_plan.md").exists() and not (tmp_path / "results.json").exists()
-    assert len(json.loads((tmp_path / "cpu_plan.json").read_text())["plans"]) == 18
+    assert len(json.loads((tmp_path / "cpu_plan.json").read_text())["plans"]) == len(shapes.load(quick=True))
 
 
 # ------------------------------------------------------------------------------ GPU smoke test
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU and torch")
-def test_bench_smoke_on_two_tiny_shapes(tmp_path):
-    shapes_dir = tmp_path / "shapes"
-    shapes_dir.mkdir()
-    (shapes_dir / "tiny.csv").write_text(
-        "name,group,M,N,K,layout,dtype,quick\n"
-        "t256,tiny,256,256,256,NN,bfloat16,1\n"
-        "t100,tiny,100,200,300,NT,bfloat16,1\n"
-        "t1025,tiny,1025,2001,1551,NN,bfloat16,1\n"  # the model repacks A and B: copies + kernel
-    )
-    out = tmp_path / "out"
-    # In a subprocess: the CLI leaves through os._exit when nvMatmulHeuristics is installed.
-    proc = subprocess.run(
-        [sys.executable, "-m", "jtblas.bench", "--shapes", "tiny", "--shapes-dir", str(shapes_dir),
-         "--max-candidates", "3", "--workers", "4", "--jax-checks", "1", "--out", str(out),
-         "--time-budget", "400"],
-        check=False, capture_output=True, text=True, cwd=REPO, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads((out / "results.json").read_text())
-    by_name = {r["name"]: r for r in data["shapes"]}
-    assert sorted(by_name) == ["t100", "t1025", "t256"]
-    assert by_name["t1025"]["contenders"]["jtblas"].get("repacked") == "AB"
-    for record in data["shapes"]:
-        for name in ("jtblas", "oracle", "cublas", "tutorial"):
-            entry = record["contenders"][name]
-            assert entry.get("seconds", 0) > 0, (record["name"], name, entry)
-            if "max_rel_err" in entry:
-                assert entry["max_rel_err"] < 2e-2, (record["name"], name, entry)
-        # The pick's own careful time joins the oracle when the pick is a candidate; with the list
-        # capped at 3 it may not be, and then it can beat the capped search.
-        # A repacked pick runs a padded product the oracle does not search, so it may beat it.
-        if record["contenders"]["jtblas"].get("repacked"):
-            assert record["ratios"]["pick_over_oracle"] is None and record["ratios"]["repack_over_oracle"] > 0
-        elif record["contenders"]["oracle"]["pick_in_candidates"]:
-            assert record["ratios"]["pick_over_oracle"] <= 1.0
-        else:
-            assert record["ratios"]["pick_over_oracle"] > 0
-    for png in ("square.png", "pick_vs_oracle.png", "vs_xla_by_group.png"):
-        assert (out / png).stat().st_size > 0
-    assert (out / "oracle_cache.json").exists()
 
 
 def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, capsys):
@@ -602,7 +623,7 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     correctness checks, and exits 0 — never a traceback."""
     from jtblas.bench import cli
 
-    monkeypatch.setattr(cli, "_gpu_problem", lambda: "no CUDA GPU visible to torch")
+    monkeypatch.setattr(cli, "gpu_problem", lambda: "JAX sees no GPU")
     monkeypatch.setenv("JTBLAS_GPU", "h200")
     (tmp_path / "tiny.csv").write_text(
         "name,group,M,N,K,layout,dtype,quick\n"
@@ -614,7 +635,7 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     rc = cli.main(["--shapes", "tiny", "--shapes-dir", str(tmp_path), "--out", str(out)])
     assert rc == 0
     said = capsys.readouterr().out
-    assert "no CUDA GPU visible to torch: no device time can be measured here" in said
+    assert "JAX sees no GPU: no device time can be measured here" in said
     payload = json.loads((out / "cpu_plan.json").read_text())
     assert payload["hardware"] == "h200" and [row["name"] for row in payload["plans"]] == ["t1", "t2", "t3"]
     by_name = {row["name"]: row for row in payload["plans"]}
@@ -632,30 +653,6 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     (tmp_path / "bad.csv").write_text("name,group,M,N,K,layout,dtype,quick\nb1,bad,1,x,4,NN,bfloat16,1\n")
     assert cli.main(["--shapes", "bad", "--shapes-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "bad.csv: bad M/N/K" in capsys.readouterr().err
-
-
-def test_merged_shards_make_one_report_and_one_cache(tmp_path):
-    """`--report-only a,b`: the shapes of both parts in one report; their oracle caches merged."""
-    from jtblas.bench import cli
-
-    whole = _synthetic_results()
-    parts = []
-    for index in range(2):
-        part = dict(meta=dict(whole["meta"], elapsed_s=10.0 + index, stopped=None, not_run=None),
-                    shapes=whole["shapes"][index::2])
-        folder = tmp_path / f"b{index}"
-        folder.mkdir()
-        (folder / "results.json").write_text(json.dumps(part))
-        (folder / "oracle_cache.json").write_text(json.dumps({f"key{index}": dict(best_s=index + 1.0)}))
-        parts.append(str(folder / "results.json"))
-    out = tmp_path / "merged"
-    assert cli.main(["--report-only", ",".join(parts), "--out", str(out)]) == 0
-    merged = json.loads((out / "results.json").read_text())
-    assert sorted(r["name"] for r in merged["shapes"]) == sorted(r["name"] for r in whole["shapes"])
-    assert merged["meta"]["elapsed_s"] == 11.0 and len(merged["meta"]["parts"]) == 2
-    assert json.loads((out / "oracle_cache.json").read_text()) == {"key0": dict(best_s=1.0),
-                                                                    "key1": dict(best_s=2.0)}
-    assert json.loads((out / "summary.json").read_text())["shapes"] == len(whole["shapes"])
 
 
 @pytest.mark.parametrize("text", ["2/2", "-1/2", "1", "a/b", "1/0"])
@@ -698,8 +695,8 @@ def test_max_m_keeps_the_decode_rows():
     from jtblas.bench import cli
     from jtblas.bench import shapes as shapes_mod
 
-    rows = shapes_mod.load(["llm"])
-    args = cli.build_parser().parse_args(["--shapes", "llm", "--max-m", "16"])
+    rows = shapes_mod.load(["models"])
+    args = cli.build_parser().parse_args(["--shapes", "models", "--max-m", "16"])
     decode = cli.rows_up_to_max_m(rows, args)
     assert decode and all(shape.m <= 16 for shape in decode)
     assert len(decode) == sum(1 for shape in rows if shape.m <= 16) < len(rows)
@@ -708,127 +705,3 @@ def test_max_m_keeps_the_decode_rows():
         cli.rows_up_to_max_m(rows, cli.build_parser().parse_args(["--max-m", "0"]))
 
 
-@pytest.mark.parametrize("mnk", [(1, 4096, 14336), (16, 3584, 3584), (8, 768, 3072)])
-def test_decode_space_probe_offers_feasible_16_row_splits(mnk):
-    """benchmarks/decode_space.py (issue 6's probe): every config fits the SM, every split
-    reduces at least two K blocks, and the space holds what the model's space lacks (16-row
-    split-K tiles, 2 warps)."""
-    from jtblas import hardware
-    from jtblas.model import resources
-
-    module = benchmark_module("decode_space")
-    m, n, k = mnk
-    hw = hardware.get("h200")
-    problem = Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
-    space = module.decode_space(problem, hw)
-    assert space and all(not resources.fit_errors(c, problem, hw) for c in space)
-    assert all(-(-k // c.block_k) >= 2 * c.split_k for c in space)
-    assert any(c.split_k > 1 and c.block_m == 16 for c in space)
-    assert any(c.num_warps == 2 for c in space)
-    deep = module.decode_space(problem, hw, "deep")  # deep K steps, many programs (session 9)
-    assert deep and all(not resources.fit_errors(c, problem, hw) for c in deep)
-    assert all(-(-k // c.block_k) >= c.split_k and -(-n // c.block_n) * c.split_k <= 8 * hw.sm_count
-               for c in deep)
-    assert any(c.block_k == 512 for c in deep) and any(c.num_stages < 3 for c in deep)
-
-
-def test_pick_ab_reads_back_every_config_it_writes(tmp_path):
-    """benchmarks/pick_ab.py: `--dump-picks` writes every benchmark shape's pick, `Config.from_short`
-    inverts `Config.short()` for each (split-K and TMA included), and the shape keys parse."""
-    module = benchmark_module("pick_ab")
-    path = tmp_path / "picks.json"
-    module.dump_picks(str(path))
-    picks = json.loads(path.read_text())
-    assert len(picks) == len({s.key() for s in shapes.load()})
-    for key, (config, predicted_us) in picks.items():
-        assert Config.from_short(config).short() == config and predicted_us > 0
-        assert module.shape_from_key(key).key() == key
-    split = Config(block_m=16, block_n=64, block_k=256, num_warps=2, num_stages=5, group_m=1, split_k=32)
-    tma = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, group_m=8, tma=True)
-    swap = dataclasses.replace(split, num_warps=4, swap_ab=True)
-    for config in (split, tma, swap):
-        assert Config.from_short(config.short()) == config
-    assert swap.short() == "16x64x256 w4 s5 g1 k32 swap"
-    for text in ("128x256x64 w8 s3", "128x256x64 w8 s3 g8 k2 tma", "128x256 w8 s3 g8", "16x64x256 w4 s5 g1 swap tma",
-                 "16x64x256 w4 s5 g1 tma swap"):
-        with pytest.raises(ValueError, match="from_short|tma needs split_k=1|cannot both"):
-            Config.from_short(text)
-    with pytest.raises(SystemExit):  # --configs times the named shapes only
-        module.main(["--configs", "128x256x64 w8 s3 g8"])
-    with pytest.raises(ValueError, match="from_short"):  # a bad config fails before any timing
-        module.time_configs(["64x64x128 bfloat16 NN"], ["64x64 w4 s3 g1"], rounds=1)
-
-
-def test_ab_rank_counts_pairs_the_model_orders_as_measured(tmp_path):
-    """benchmarks/ab_rank.py: a pair of configs timed apart by more than the margin counts as
-    ordered by the model when its pick is the faster one, and is listed when it is the slower;
-    closer pairs and XLA's times are left out."""
-    from jtblas import hardware, select
-
-    module = benchmark_module("ab_rank")
-
-    key = "4096x4096x4096 bfloat16 NN"
-    pick = select(4096, 4096, 4096, dtype="bf16", hardware="h200").short()
-    worse = "64x64x64 w4 s3 g8"
-    for pick_s, worse_s, agree, wrong in ((1.0e-4, 1.2e-4, 1, 0), (1.2e-4, 1.0e-4, 0, 1), (1.0e-4, 1.01e-4, 0, 0)):
-        path = tmp_path / "ab.json"
-        rows = [dict(shape=key, before=pick, after=worse,
-                     seconds=dict(before=[pick_s, pick_s * 1.002], after=[worse_s], xla=[1e-9]))]
-        path.write_text(json.dumps(dict(rows=rows)))
-        timings = module.load_timings([str(path)])
-        assert set(timings[key]) == {pick, worse}
-        counted, listed = module.compare(timings, hardware.H200, margin=0.03)
-        assert (counted, len(listed)) == (agree, wrong)
-        if listed:
-            assert listed[0][2:] == (worse, pick) and listed[0][0] > 1.15
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_read_ceiling_kernels_sum_every_element_once(dtype):
-    """benchmarks/read_ceiling.py (issue 6's read-once ceiling), in Triton's interpreter: the flat
-    read's per-program sums (a tail past the last whole block masked) add up to the float64 sum of
-    fresh random data, and each strip's sum (over the weight as stored and over its contiguous
-    [K·N/64, 64] view) matches the float64 sum of its block."""
-    import jax
-    import jax.numpy as jnp
-
-    from jtblas import launch
-    from tests.reference import relative_error
-
-    module = benchmark_module("read_ceiling")
-    tol = 1e-6 if dtype == "float32" else 1e-3
-    rng = np.random.default_rng()
-    k, n, rows = 96, 192, 32
-    weight = jnp.asarray(rng.standard_normal((k, n)), dtype=dtype)
-    exact = np.asarray(weight, dtype=np.float64)
-    flat = weight.reshape(-1)[: k * n - 37]  # not a multiple of any block
-    block, loads = 256, 4
-    programs = -(-flat.size // (block * loads))
-    sums = launch.launch(module.read_kernel, grid=(programs,), args=[flat, flat.size],
-                         out_shape=jax.ShapeDtypeStruct((programs,), jnp.float32), num_warps=4, num_stages=1,
-                         metaparams=dict(BLOCK=block, LOADS=loads))
-    assert relative_error(sums.sum(keepdims=True), exact.reshape(-1)[: flat.size].sum(keepdims=True)) < tol
-    for view, (view_k, view_n) in ((weight, (k, n)), (weight.reshape(-1, 64), (k * n // 64, 64))):
-        grid = (view_n // 64, view_k // rows)
-        strips = launch.launch(module.read_strip_kernel, grid=grid, args=[view, view_k, view_n],
-                               out_shape=jax.ShapeDtypeStruct((grid[0] * grid[1],), jnp.float32), num_warps=4,
-                               num_stages=1, metaparams=dict(BLOCK_K=rows // 2, BLOCK_N=64, LOADS=2))
-        expected = np.asarray(view, dtype=np.float64).reshape(grid[1], rows, grid[0], 64).sum(axis=(1, 3))
-        assert relative_error(strips, expected.reshape(-1)) < tol
-
-
-def test_split_parts_configs_split_and_fit():
-    """benchmarks/split_parts.py: every config it times parses, fits the H200 on each default shape,
-    and all but the unsplit baseline split K."""
-    from jtblas import hardware
-    from jtblas.model import resources
-
-    module = benchmark_module("split_parts")
-    hw = hardware.get("h200")
-    configs = [Config.from_short(text) for text in module.CONFIGS]
-    assert [c.short() for c in configs] == list(module.CONFIGS)
-    assert sum(c.split_k == 1 for c in configs) == 1
-    for text in module.DEFAULT_SHAPES.split(","):
-        m, n, k = (int(v) for v in text.split("x"))
-        problem = Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
-        assert all(not resources.fit_errors(c, problem, hw) for c in configs), text

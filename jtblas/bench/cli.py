@@ -183,9 +183,10 @@ def _report_only(args) -> int:
 def select_rows(args) -> list:
     """The shape rows the arguments ask for, in run order."""
     sets, quick = shape_selection(args)
-    unknown = [s for s in sets if not (Path(args.shapes_dir) / f"{s}.csv").exists()]
+    unknown = [f"{s}.csv" for s in sets if not (Path(args.shapes_dir) / f"{s}.csv").exists()]
     if unknown:
-        raise ValueError(f"no shape set {unknown} in {args.shapes_dir} (sets: {', '.join(shapes_mod.SET_NAMES)})")
+        raise ValueError(f"--shapes: no {', '.join(unknown)} in {args.shapes_dir} "
+                         f"(the package's sets: {', '.join(shapes_mod.SET_NAMES)})")
     rows = rows_up_to_max_m(shapes_mod.load(sets, quick=quick, directory=Path(args.shapes_dir)), args)
     if args.families:
         wanted = {f.strip() for f in args.families.split(",") if f.strip()}

@@ -9,6 +9,7 @@ their own section and never enter a through-JAX figure.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import defaultdict
@@ -60,9 +61,8 @@ def summary(results: dict) -> dict:
             by_family[family].append(r["speedup"])
         for regime in r["regimes"]:
             by_regime[regime].append(r["speedup"])
-        for name in r["names"]:
-            family, regime = _family_regime(r, name)
-            by_family_regime[(family, regime)].append(r["speedup"])
+        for pair in set(_rows(r)):
+            by_family_regime[pair].append(r["speedup"])
     worst = sorted(timed, key=lambda r: r["speedup"])[:WORST]
     return dict(
         all=stats([r["speedup"] for r in timed]),
@@ -77,24 +77,20 @@ def summary(results: dict) -> dict:
     )
 
 
-def _family_regime(record: dict, name: str) -> tuple[str, str]:
-    """(family, regime) of one row name: the record lists them in name order when one family
-    holds the product; otherwise the name's first field is its family."""
-    family = name.split(".")[0] if "." in name else record["families"][0]
-    if family not in record["families"]:
-        family = record["families"][0]
-    regime = record["regimes"][0] if len(record["regimes"]) == 1 else _regime_of(name)
-    return family, regime
+def _rows(record: dict) -> list[tuple[str, str]]:
+    """(family, regime) of every shape row the product stands for: as recorded, or (results
+    written before rows were recorded) looked up by name in the package's shape sets."""
+    if record.get("rows"):
+        return [(row["family"], row["regime"]) for row in record["rows"]]
+    known = _known_rows()
+    return [known.get(name, (record["families"][0], record["regimes"][0])) for name in record["names"]]
 
 
-def _regime_of(name: str) -> str:
-    parts = name.split(".")
-    if len(parts) >= 4 and parts[-1].startswith("T"):
-        return "train"
-    if len(parts) >= 4 and parts[-1].startswith("M"):
-        m = int(parts[-1][1:])
-        return "decode" if m <= 64 else "prefill"
-    return parts[0]
+@functools.cache
+def _known_rows() -> dict[str, tuple[str, str]]:
+    from jtblas.bench import shapes
+
+    return {row.name: (row.family, row.regime) for row in shapes.load()}
 
 
 def _contender_errors(record: dict) -> str:

@@ -79,6 +79,8 @@ VARIANTS: dict[str, type] = {"flax": linen.Dense, "jtblas": jtblas.nn.Dense}
 TARGET_LOOP_S = 0.05
 MIN_REPEATS = 3
 MAX_REPEATS = 10_000
+# Times a round is re-timed with R doubled when its slope comes out <= 0.
+MAX_RETRIES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,13 +415,15 @@ def forward_step(model: linen.Module) -> Callable:
 # Measurement
 
 
-def _method(rounds: int) -> str:
+def _method(rounds: int, repeats: int | None = None) -> str:
+    chosen = (f"R = {repeats} (fixed)" if repeats else f"R makes R steps last ~{TARGET_LOOP_S * 1e3:.0f} ms "
+              f"(at least {MIN_REPEATS}), estimated from one timed warm call")
     return (
         "Per step = (t(2R) - t(R)) / R, t = wall time (time.perf_counter) of a Python loop dispatching R "
-        "(then 2R) jitted steps followed by jax.block_until_ready on the last output; R makes R steps last "
-        f"~{TARGET_LOOP_S * 1e3:.0f} ms (at least {MIN_REPEATS}), estimated from one timed warm call. Training "
+        f"(then 2R) jitted steps followed by jax.block_until_ready on the last output; {chosen}. Training "
         "carries the donated params and AdamW state, decoding the donated KV cache with the position advancing "
         "(wrapping at the cache length) and a fixed input token, inference re-runs the same batch. "
+        f"A round whose slope is <= 0 is re-timed with R doubled (up to {MAX_RETRIES} times). "
         f"Median over {rounds} round(s), flax then jtblas in even rounds and the reverse in odd ones. "
         "first_call_s = wall time of the first call with block_until_ready (tracing, XLA compilation, jtblas "
         "kernel selection and Triton compilation). Agreement: both variants' first outputs at identical "
@@ -446,19 +450,28 @@ def _compare(runners: dict[str, list], *, rounds: int, repeats: int | None) -> d
     """Slope timing of each variant's `advance`; runners[v] = [advance, state] (state is replaced)."""
     chosen = {}
     for variant, runner in runners.items():
+        if repeats:
+            chosen[variant] = repeats
+            continue
         estimate, runner[1] = _time_loop(runner[0], runner[1], 1)
         guess = math.ceil(TARGET_LOOP_S / max(estimate, 1e-9))
-        chosen[variant] = repeats or min(MAX_REPEATS, max(MIN_REPEATS, guess))
+        chosen[variant] = min(MAX_REPEATS, max(MIN_REPEATS, guess))
     samples: dict[str, list[float]] = {v: [] for v in runners}
     order = list(runners)
     for r in range(rounds):
         for variant in order if r % 2 == 0 else order[::-1]:
             advance, state = runners[variant]
-            n = chosen[variant]
-            t_short, state = _time_loop(advance, state, n)
-            t_long, state = _time_loop(advance, state, 2 * n)
+            for _ in range(MAX_RETRIES + 1):
+                n = chosen[variant]
+                t_short, state = _time_loop(advance, state, n)
+                t_long, state = _time_loop(advance, state, 2 * n)
+                slope = (t_long - t_short) / n
+                if slope > 0 or n >= MAX_REPEATS:
+                    break
+                # Noise outweighed R steps (a busy host, a step far below the estimate): a longer loop.
+                chosen[variant] = min(MAX_REPEATS, 2 * n)
             runners[variant][1] = state
-            samples[variant].append((t_long - t_short) / n)
+            samples[variant].append(slope)
     return {v: dict(seconds=statistics.median(s), round_seconds=s, repeats=chosen[v]) for v, s in samples.items()}
 
 
@@ -569,7 +582,7 @@ def measure(spec: ModelSpec, *, param_dtype: Any, steps: Sequence[str] = ("train
     # One parameter tree for both: initialised with flax.linen.Dense, checked against jtblas's tree.
     params = init_params(models["flax"], seed)
     _assert_same_tree(params, param_shapes(models["jtblas"]))
-    method = _method(rounds)
+    method = _method(rounds, repeats)
     result = dict(model=spec.name, kind=spec.kind, param_dtype=param_dtype.name, dtype=dtype.name,
                   spec=dataclasses.asdict(spec), method=method, steps={})
     batch = make_batch(spec, seed, dtype)
@@ -592,8 +605,9 @@ def _device() -> str:
 
 def run(names: Sequence[str] | None = None, param_dtypes: Sequence[str] = ("float32", "bfloat16"),
         tiny_models: bool = False, out: str | pathlib.Path | None = None, log: Callable[[str], Any] = print, *,
-        steps: Sequence[str] = ("train", "decode"), rounds: int = 3, repeats: int | None = None) -> dict:
-    """`measure` for every model in `names` (default: all of `MODELS`) × param dtype.
+        steps: Sequence[str] = ("train", "decode"), rounds: int = 3, repeats: int | None = None, seed: int = 0) -> dict:
+    """`measure` for every model in `names` (default: all of `MODELS`; their `tiny` versions if
+    `tiny_models`) × param dtype, with `measure`'s `steps`, `rounds`, `repeats` and `seed`.
 
     An entry that fails records ``error`` (the exception's type and message) and the run goes on.
     The JSON (``{meta: {date, device, jax, flax, jtblas, method}, results: [measure's dicts]}``) is
@@ -605,14 +619,15 @@ def run(names: Sequence[str] | None = None, param_dtypes: Sequence[str] = ("floa
 
     report = dict(
         meta=dict(date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), device=_device(),
-                  jax=jax.__version__, flax=flax.__version__, jtblas=jtblas.__version__, method=_method(rounds)),
+                  jax=jax.__version__, flax=flax.__version__, jtblas=jtblas.__version__,
+                  method=_method(rounds, repeats)),
         results=[],
     )
     for spec in specs:
         for param_dtype in param_dtypes:
             log(f"{spec.name} params {param_dtype}: measuring {', '.join(_step_kinds(spec, steps))}")
             try:
-                entry = measure(spec, param_dtype=param_dtype, steps=steps, rounds=rounds, repeats=repeats)
+                entry = measure(spec, param_dtype=param_dtype, steps=steps, rounds=rounds, repeats=repeats, seed=seed)
             except Exception as e:  # one failing model must not stop the others
                 entry = dict(model=spec.name, kind=spec.kind, param_dtype=str(param_dtype), dtype="bfloat16",
                              error=f"{type(e).__name__}: {e}")
