@@ -6,7 +6,7 @@ jax-triton, on a CPU through Triton's interpreter (slow, but a minute or two for
     pip install -e ".[test]"   # jtblas, optax, scikit-learn
     python examples/train_mlp.py --epochs 15 --hidden 64
 
-With the defaults the test accuracy is about 97% (about a minute on 2 CPU cores).
+With the defaults the test accuracy is about 97% (3–4 minutes on 2 CPU cores).
 
 The digits (1797 8x8 images, 10 classes) ship with scikit-learn: nothing is downloaded.
 """

@@ -328,7 +328,7 @@ class Calibration:
         byte of tile loads, pointer and TMA kernels): each config's tile-load bytes / time is a
         lower bound of what the L2 delivers to the SMs, the quantity the model's l2 term divides
         by (every tile load crosses L2), and the largest is kept. The stream-read kernel of
-        `l2_read` measured 7.4-8.0 TB/s on the H200, 64x64x128 tiles 11.4 (BENCHMARKS.md)."""
+        `l2_read` measured 7.4-8.0 TB/s on the H200, 64x64x128 tiles 11.4 (BENCHMARKS.md at 705f18b)."""
         from jtblas.bench.contenders import LaunchOperands, kernel_launcher
         from jtblas.config import Problem
 

@@ -114,16 +114,16 @@ H200 = Hardware(
     name="h200",
     full_name="NVIDIA H200 SXM 141GB",
     compute_capability=(9, 0),
-    sm_count=132,  # H200 datasheet; nvidia-smi on the lent machine agrees (shared/GPU.md)
+    sm_count=132,  # H200 datasheet; nvidia-smi on the lent machine agrees (the lent H200, 2026-11)
     clock_hz=1.755e9,  # H100/H200 SXM boost 1.98 GHz; ~1.755 GHz held under tensor load (nvidia-smi)
     l2_bytes=50 * MB,  # 50 MB datasheet (the driver reports 60 MB; 50 MB are usable as one cache)
-    # Datasheet 4.8 TB/s; a device-to-device copy measures 4.3 TB/s (shared/GPU.md, 2026-11).
+    # Datasheet 4.8 TB/s; a device-to-device copy measures 4.3 TB/s (on the lent H200, 2026-11).
     dram_bytes_per_s=4.3e12,
     # L2: ~2.5x DRAM on Hopper (microbenchmark papers, e.g. Luo et al. 2024, "Benchmarking and
     # Dissecting the Nvidia Hopper GPU Architecture"), until `jtblas calibrate` measures it.
     l2_bytes_per_s=10.5e12,
     tensor_flops={
-        # Datasheet dense bf16/fp16 989 TFLOP/s; cuBLAS sustains ~790 at 4096^3 (shared/GPU.md).
+        # Datasheet dense bf16/fp16 989 TFLOP/s; cuBLAS sustains ~790 at 4096^3 (the lent H200, 2026-11).
         "bfloat16": 790 * TERA,
         "float16": 790 * TERA,
         # tf32: datasheet 495 dense, scaled by the same 0.8 sustained fraction as bf16.
@@ -134,15 +134,15 @@ H200 = Hardware(
     fp32_flops=54 * TERA,  # datasheet 67 TFLOP/s fp32 (non-tensor), x0.8
     # What one more kernel launch costs jtblas.matmul inside jax.jit. Measured on the H200
     # (2026-11-30): 14.4 µs per launch in the afternoon's spot checks (1024^3: 21.3 vs 6.9 µs in a
-    # CUDA graph), 5-8 µs in session 3's (1024^3: 13.8 vs 6.8; two-launch split-K +11 and +16 µs),
+    # CUDA graph), 5-8 µs in the 2026-11-30 run's (1024^3: 13.8 vs 6.8; two-launch split-K +11 and +16 µs),
     # 4.5 µs for chained launches (jtblas calibrate). Those launches went through jax-triton's
-    # legacy custom call, which XLA leaves out of its CUDA graphs; since session 8 they lower to
-    # the typed-FFI call and replay inside the graphs, ~0.1 µs apart (BENCHMARKS.md, session 8).
-    # `jtblas calibrate` measured 1.11 µs per chained launch inside jax.jit there (session 9).
-    # Until session 10 the built-in stayed 15 µs, a stand-in that kept the model from splitting
+    # legacy custom call, which XLA leaves out of its CUDA graphs; since 2026-11-30 they lower to
+    # the typed-FFI call and replay inside the graphs, ~0.1 µs apart (2026-11-30, BENCHMARKS.md at 705f18b).
+    # `jtblas calibrate` measured 1.11 µs per chained launch inside jax.jit there (2026-11-30).
+    # Until 2026-12-01 the built-in stayed 15 µs, a stand-in that kept the model from splitting
     # decode products (their 64-row splits lost); with 16-row tiles among the split candidates and
-    # A's short rows masked (session 10) the measured cost ranks as well or better (offline over
-    # sessions 2-5 and 9's searches, and on the GPU: BENCHMARKS.md, session 10).
+    # A's short rows masked (2026-12-01) the measured cost ranks as well or better (offline over
+    # the 2026-11-30 searches, and on the GPU: 2026-12-01, BENCHMARKS.md at 705f18b).
     launch_seconds=1.1e-6,
     source="built-in: datasheet, sustained rates measured with cuBLAS and copies on an H200 (2026-11)",
     **_HOPPER_SM,

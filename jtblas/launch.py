@@ -200,7 +200,7 @@ class _ScratchAwareKernelLibrary:
 # CUDA graphs. jax-triton 0.3.1 lowers to the legacy target "triton_kernel_call" (custom-call API
 # version 2), which XLA leaves out of command buffers: each such call is launched from the host
 # between graph segments, ~5 µs of host time per launch that a 10 µs kernel cannot hide (H200,
-# BENCHMARKS.md session 8).
+# 2026-11-30, BENCHMARKS.md at 705f18b).
 _LEGACY_TARGET = "triton_kernel_call"
 _FFI_TARGET = "triton_kernel_call_ffi"
 
@@ -217,7 +217,7 @@ def _call_target(global_scratch: tuple[int, int] | None) -> str:
 # Global scratch from an XLA buffer. jaxlib allocates a kernel's scratch per launch with
 # cuMemAllocAsync, which inside XLA's CUDA graphs (where the typed-FFI call is recorded as a child
 # graph) fails: "Failed to create a child graph node ... CUDA_ERROR_NOT_SUPPORTED" (H200,
-# BENCHMARKS.md session 9). So a kernel with scratch gets one more output, a uint8 buffer of
+# 2026-11-30, BENCHMARKS.md at 705f18b). So a kernel with scratch gets one more output, a uint8 buffer of
 # grid x bytes-per-program, and jaxlib is told of no scratch. jaxlib passes a kernel's parameters
 # as its array and scalar arguments in order, then its own scratch pointer (null without scratch)
 # and a null profiling pointer (`KernelCall::Launch`, jaxlib/gpu/triton_kernels.cc), while the

@@ -430,7 +430,7 @@ def stream_k_tma(
     programs: int | None = None,
     whole_tiles: int | None = None,
 ) -> jax.Array:
-    """Experimental, not a model candidate (BENCHMARKS.md, session 7): C = op(a) · op(b) for 2-D
+    """Experimental, not a model candidate (2026-11-30, BENCHMARKS.md at 705f18b): C = op(a) · op(b) for 2-D
     bf16/fp16 operands by `matmul_tma_stream_k_kernel`, one launch of `programs` programs (default:
     the SMs times the programs one SM holds). The first `whole_tiles` tiles (default: every full
     wave of the grid) are computed whole; the K iterations of the rest are shared evenly, the
@@ -509,7 +509,7 @@ def gluon_ws_matmul(
     transpose_a: bool = False,
     transpose_b: bool = False,
 ) -> jax.Array:
-    """Experimental, not a model candidate (BENCHMARKS.md, session 7): C = op(a) · op(b) for 2-D
+    """Experimental, not a model candidate (2026-11-30, BENCHMARKS.md at 705f18b): C = op(a) · op(b) for 2-D
     bf16/fp16 operands by the warp-specialized Gluon kernel on a CUDA GPU (`gluon_ws_spec` says
     what `config` means). Raises ValueError for what it cannot run, NotImplementedError on the CPU
     (Triton's interpreter cannot run Gluon)."""

@@ -70,12 +70,13 @@ def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
 
 
 def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
-    """What `jtblas.matmul` runs for each shape of benchmarks/shapes (the model's pick on the H200
-    description: plain, split-K or repacked) compiles for sm_90 and holds the Triton call."""
-    from jtblas.bench import shapes
+    """What `jtblas.matmul` runs for each distinct product of the benchmark's shape sets (the
+    model's pick on the H200 description: plain, split-K or repacked) compiles for sm_90 and holds
+    the Triton call."""
+    from jtblas.bench import shapes, through_jax
 
     with_split = with_repack = 0
-    for shape in shapes.load():
+    for shape in (group[0] for group in through_jax.unique_products(shapes.load())):
         a, b = stored_shapes(shape.m, shape.n, shape.k, shape.layout, shape.dtype)
 
         def product(x, y, shape=shape):

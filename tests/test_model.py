@@ -26,7 +26,7 @@ HARDWARE = sorted(hardware.BUILTIN)
 DTYPES = sorted(OPERAND_DTYPE_BYTES)
 # Growth that keeps every operand's row alignment and the K-tail class (K mod block_k) of every
 # candidate: multiples of the largest block_k. Monotonicity is promised at equal alignment only:
-# an odd K really is slower than the next multiple of 8 (shared/DESIGN.md).
+# an odd K really is slower than the next multiple of 8 (seen 2026-11).
 ALIGNED_STEP = max(candidates.BLOCK_K_SIZES)
 
 sizes = st.one_of(st.integers(1, 64), st.integers(1, 20000))
@@ -53,7 +53,7 @@ def test_pick_is_feasible_and_among_candidates(case):
     assert pick in space
     assert len(space) == len(set(space))
     # The space stays small enough to rank in milliseconds: ≤ ~470 plain configs (A100, 2-warp
-    # 16-row tiles since session 10), each with at most two split-K variants (a factor and its
+    # 16-row tiles since 2026-12-01), each with at most two split-K variants (a factor and its
     # double, `_split_candidates`) and one TMA twin.
     plain = [config for config in space if config.split_k == 1 and not config.tma]
     assert len(plain) <= 500

@@ -1,4 +1,4 @@
-"""Repacking (issue 7): misaligned operands copied into zero-padded buffers before the kernel.
+"""Repacking: misaligned operands copied into zero-padded buffers before the kernel.
 
 Correctness with repacking forced on (odd M, N, K; every layout and dtype) against float64; bit
 identity with the plain kernel under the same config; batches, vmap and gradients; the model's

@@ -107,7 +107,7 @@ def test_launch_specs():
 def test_reduction_programs_spread_over_the_sms():
     """The reduction's programs cover the output once and give every SM one where the output is
     small (a 128x128 output in 1024-element programs was 16 programs on 16 SMs), in programs of at
-most 256 elements on 4 warps (measured faster on the H200, session 10); the model costs
+most 256 elements on 4 warps (measured faster on the H200, 2026-12-01); the model costs
     the same programs."""
     hw = hardware.H200
     for m, n, batch in [(128, 128, 1), (64, 64, 1), (1, 7, 1), (256, 256, 3), (4096, 4096, 1), (129, 131, 2)]:
@@ -140,11 +140,11 @@ def test_model_splits_deep_k_few_tiles_only():
     assert jtblas.select(128, 128, 32768, dtype="bf16", hardware="h200").split_k > 1
     assert jtblas.select(4096, 4096, 4096, dtype="bf16", hardware="h200").split_k == 1
     # A 64x64 output and 512 K blocks: split until at least 64 programs share it (one 64x64 tile
-    # split 64 ways: 9.7 µs, 32 ways: 11.7 µs on the H200, BENCHMARKS.md session 8; since session
-    # 10 the pick is four 16x64 2-warp tiles split 32 ways, 54 TFLOP/s against 56 before).
+    # split 64 ways: 9.7 µs, 32 ways: 11.7 µs on the H200, 2026-11-30, BENCHMARKS.md at 705f18b; since
+    # 2026-12-01 the pick is four 16x64 2-warp tiles split 32 ways, 54 TFLOP/s against 56 before).
     deep_small = jtblas.select(64, 64, 65536, dtype="bf16", hardware="h200")
     assert (64 // deep_small.block_m) * (64 // deep_small.block_n) * deep_small.split_k >= 64
-    # Decode products' 16-row tiles are split candidates (since session 10), and where a few
+    # Decode products' 16-row tiles are split candidates (since 2026-12-01), and where a few
     # tiles leave most SMs idle one is picked: 1x768x3072 has 12 tiles of 16x64. A narrow tile is
     # never split.
     decode_space = jtblas.candidates(1, 3584, 18944, dtype="bf16", hardware="h200")

@@ -256,7 +256,7 @@ def test_explain_names_the_kernel_and_its_twin():
 def test_tma_products_in_a_jitted_loop_match_float64(backend, rng):
     """TMA launches inside a jitted loop, which XLA records into a CUDA graph on the GPU: there the
     descriptors' scratch must be an XLA buffer (`launch._scratch_output`); jaxlib's per-launch
-    allocation cannot be recorded (BENCHMARKS.md, session 9)."""
+    allocation cannot be recorded (2026-11-30, BENCHMARKS.md at 705f18b)."""
     a, b, reference = random_operands(rng, 136, 200, 88, "bfloat16", transpose_b=True)
     a, b = on_backend(backend, a, b)
     rounds, scales = 3, (1.0, 2.0, 4.0)  # products of A, 2A, 4A (exact in bf16): several calls per body

@@ -62,7 +62,7 @@ class Nvmmh:
     """nvMatmulHeuristics' TRITON target with the H200 preset (or H100 / A100 by name).
 
     The interface object is kept alive for the whole run: its destructor crashes at interpreter
-    exit in 0.1.0.27 (shared/PEERS.md), so the CLI leaves through `os._exit` once it was used.
+    exit in 0.1.0.27 (seen 2026-11), so the CLI leaves through `os._exit` once it was used.
     """
 
     def __init__(self, gpu_name: str):

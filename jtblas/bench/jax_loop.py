@@ -1,6 +1,7 @@
 """One product timed as a JAX user runs it: device time per call of a jitted `dot(a, b)`.
 
-The method (checked against `ncu` kernel time in `docs/benchmarking.md`): one jitted function runs
+The method (checked against CUPTI kernel durations by `benchmarks/kernel_time_check.py`; the
+check is in BENCHMARKS.md): one jitted function runs
 the product `trips · unroll` times in a `lax.fori_loop` whose trip count is an argument, so one
 compiled program serves two loop lengths R and 2R, and the slope (t(2R) − t(R)) / R cancels every
 fixed cost of a call (dispatch, ~30–280 µs; argument handling; the final synchronisation). Each

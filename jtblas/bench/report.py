@@ -170,7 +170,7 @@ def summary(results) -> dict:
 
 
 def _decode_summary(rows: list[dict]) -> dict:
-    """jtblas's copy ratio by weight size: ≥ 50 MB, 20-50 MB and < 20 MB (issue 6's classes)."""
+    """jtblas's copy ratio by weight size: ≥ 50 MB, 20-50 MB and < 20 MB (the decode targets' classes)."""
     classes = {"weight >= 50 MB": (50e6, math.inf), "20-50 MB": (20e6, 50e6), "< 20 MB": (0, 20e6)}
     out = {}
     for label, (lo, hi) in classes.items():

@@ -3,7 +3,7 @@
 Only `@triton.jit` code lives here. Arguments: x, W, the sizes and strides, then the output
 pointer (jax-triton appends outputs last).
 
-Why (BENCHMARKS.md, 2026-11-30): streaming a weight from DRAM, one SM of the tiled kernel moves
+Why (2026-11-30, BENCHMARKS.md at 705f18b): streaming a weight from DRAM, one SM of the tiled kernel moves
 ~35-48 GB/s however many stages it has (its cp.async path), while a plain-load kernel with 128 KB
 in flight moved 80-85 GB/s on one SM; the tiled kernel's decode products reach 51-64% of a
 same-size copy for 26-117 MB weights. This kernel streams W with plain vector loads, a whole

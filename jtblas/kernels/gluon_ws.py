@@ -5,7 +5,7 @@ Only `@gluon.jit` code lives here. Experimental, not a model candidate: launched
 (`benchmarks/gluon_ws_probe.py`) and through JAX by `jtblas.ops.gluon_ws_matmul` (jax-triton
 0.3.1 compiles `@triton.jit` functions only; `jtblas.launch` compiles Gluon ones itself).
 
-Why (BENCHMARKS.md, session 7): under sustained load cuBLAS's warp-specialized kernels do more
+Why (2026-11-30, BENCHMARKS.md at 705f18b): under sustained load cuBLAS's warp-specialized kernels do more
 work per clock than our Triton kernels, whose K loop issues TMA loads and wgmma from the same
 warps (Triton 3.6 warp-specializes only on Blackwell). Here one producer warp runs ahead filling
 a ring of STAGES shared-memory buffers with TMA loads (an mbarrier per buffer each way: "ready"

@@ -58,7 +58,7 @@ def reduce_k_blocks(
     the tile's first SHORT_A_ROWS rows of A are loaded, the others are zeros (set where the whole of A is
     shorter than a tile: wrapped, its few rows were loaded BLOCK_M / M times over, by every
     program at the same K, and M = 1 products streamed B 5-15% slower than M = 16 ones with the
-    same config on the H200, BENCHMARKS.md session 10).
+    same config on the H200, 2026-12-01, BENCHMARKS.md at 705f18b).
 
     SWAP_AB: the tile is accumulated transposed, [BLOCK_N, BLOCK_M] += Bᵀ·Aᵀ (transposed views of
     the same loaded tiles), and returned transposed back, so that the MMA's rows are the tile's
@@ -195,7 +195,7 @@ def matmul_kernel(
     row mask: compared with the run-time M − pid_m·BLOCK_M, the masked copies' predicates were
     re-derived in every K step at some M (M = 1: 284 instructions and 180 registers in the K loop
     of a 16x64x256 2-warp tile, against 275 and 158 at M = 4; M = 1 and 2 streamed 8-24% slower
-    than M = 4 and 16 on the H200, BENCHMARKS.md session 14).
+    than M = 4 and 16 on the H200, 2026-12-01, BENCHMARKS.md at 705f18b).
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does

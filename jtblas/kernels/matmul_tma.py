@@ -174,7 +174,7 @@ def matmul_tma_stream_k_kernel(
     TRANSPOSE_B: tl.constexpr,
     STORE_HALVES: tl.constexpr,
 ):
-    """Experimental (not a model candidate; measured in BENCHMARKS.md, session 7): the Stream-K
+    """Experimental (not a model candidate; measured in 2026-11-30, BENCHMARKS.md at 705f18b): the Stream-K
     hybrid of `matmul_tma_kernel` (Osama et al., PPoPP 2023, "DP + Stream-K") for
     one product (operands as there): program p of a grid (P,) computes tiles p, p + P, ... below
     DP_TILES whole, then takes its even share (`share_range`) of the K iterations of the other

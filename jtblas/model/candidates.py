@@ -44,7 +44,7 @@ MIN_ACCUMULATORS_PER_THREAD = 4
 MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS = 1024
 # 2 warps only for tiles one mma.sync row tall (16 rows: decode products, M ≤ 16), where each warp
 # then holds half the columns and the SM more programs. On the H200 they streamed the 20-50 MB
-# decode weights 10% faster (0.654 → 0.720 of a copy, BENCHMARKS.md session 10); a 32-row 2-warp
+# decode weights 10% faster (0.654 → 0.720 of a copy, 2026-12-01, BENCHMARKS.md at 705f18b); a 32-row 2-warp
 # tile the model preferred at 64x4096x4096 ran 0.63x the 4-warp 64-row one, so taller tiles keep
 # 4 or 8 warps.
 MAX_BLOCK_M_FOR_2_WARPS = 16
@@ -70,10 +70,10 @@ SPLIT_K_FACTORS = (2, 4, 8, 16, 32, 64, 128)
 SPLIT_K_REFERENCE_TILE = 128
 # Split only tiles at least SPLIT_K_MIN_BLOCK_N (64) wide, or as wide as the search allows: the
 # point of splitting is to let an efficient tile fill the SMs, and narrower ones already fill them
-# unsplit. Any height: until session 10 tiles also had to be 64 rows tall, but a decode product's
+# unsplit. Any height: until 2026-12-01 tiles also had to be 64 rows tall, but a decode product's
 # best tile is 16 rows (mma.sync streams its weight better than a padded 64-row wgmma tile) and
 # its long K leaves it few tiles: 16x64x128 k8 streamed 1x4096x14336's weight 1.24x faster than
-# the best plain 16-row tile on the H200 (BENCHMARKS.md, sessions 9 and 10).
+# the best plain 16-row tile on the H200 (2026-11-30–2026-12-01, BENCHMARKS.md at 705f18b).
 SPLIT_K_MIN_BLOCK_N = 64
 # Each split reduces at least 2 K blocks: with one, the pipeline never overlaps a load with an MMA.
 SPLIT_K_MIN_K_STEPS = 2
@@ -289,7 +289,7 @@ def _tma_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -
     """The TMA kernel's twins of the plain wgmma candidates it can run (`resources.tma_errors`)
     with its store staging in shared memory (`resources.shared_memory_bytes`). The kernel also
     runs mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
-    wgmma tiles only (session 12), so those twins are not offered (docs/model.md)."""
+    wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md)."""
     twins = (dataclasses.replace(config, tma=True) for config in plain
              if resources.uses_wgmma(config, problem, hardware))
     return [config for config in twins

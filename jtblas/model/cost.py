@@ -86,7 +86,7 @@ class Constants:
         DRAM a whole line's worth of row activation and burst: see `line_efficiency`.
       full_vector_bytes: width of a full vector load (16 bytes, `ld.global.v4.b32`/cp.async 16).
         An operand whose rows are only v-byte aligned is loaded v bytes at a time and costs
-        full_vector_bytes / v times as much load-port time (shared/DESIGN.md: odd sizes run at
+        full_vector_bytes / v times as much load-port time (measured 2026-11: odd sizes run at
         15-30% of the aligned speed).
       swizzle_bytes: the widest shared-memory swizzle of a wgmma operand (128 bytes; PTX ISA,
         "Shared Memory Matrix Layout"). A stage buffer whose rows are shorter uses a narrower
@@ -96,15 +96,15 @@ class Constants:
       k_major_b_efficiency: our kernel's wgmma rate in NT (A and B both K-major, B stored [N, K])
         relative to NN. Measured on the H200 (Triton 3.6), best config of each layout from the
         exhaustive search: NT ÷ NN 0.77 at 4096³, 0.78 at 4096x4096x14336, 0.87 at 4096x768x768,
-        0.89 at 4096x3584x3584 (session 2); 0.87-0.94 with NT's K steps addressed from their
-        indices (session 5). It is kept at 0.8 because the model's NT picks rank ~0.75 of NT's
+        0.89 at 4096x3584x3584 (2026-11-30); 0.87-0.94 with NT's K steps addressed from their
+        indices (2026-11-30). It is kept at 0.8 because the model's NT picks rank ~0.75 of NT's
         best (docs/model.md). TT is not discounted: with B stored [N, K] too but A M-major, its
-        best ran 0.93-0.94 of NN's in one run (session 5, BENCHMARKS.md). The TMA kernel
+        best ran 0.93-0.94 of NN's in one run (2026-11-30, BENCHMARKS.md at 705f18b). The TMA kernel
         (`Config.tma`) is not discounted (docs/model.md, "The TMA kernel"). Calibration.
       tma_k_step_overhead_clocks: `k_step_overhead_clocks` of the TMA kernel. One thread issues
         each stage's two bulk copies with scalar tile coordinates and the consumers wait on an
         mbarrier; there is no per-thread address arithmetic, mask or async-copy issue, so we take
-        half. Measured on the H200 through JAX (session 12, `tma_twin_ab.json`): the TMA twin of
+        half. Measured on the H200 through JAX (2026-12-01, `tma_twin_ab.json`): the TMA twin of
         128x256x64 w8 s4 runs 0-8% faster than the pointer kernel on products of 190 µs and more
         (e.g. 4096³ NN 1.037x, 8192x14336x4096 NN 1.08x, 4096x14336x8192 TN 1.015x); half of 32
         clocks is 1.3% of that tile's K step. Calibration.
@@ -115,7 +115,7 @@ class Constants:
       tma_setup_seconds: what the TMA kernel costs a launch more than the pointer kernel: its
         descriptors' global scratch and the three descriptors each program writes and fences
         before its first copy. Measured on the H200 through JAX
-        (session 12, `tma_twin_ab.json`): a one-tile product (128x256x64, 128x256x64 w8 s3) 7.37
+        (2026-12-01, `tma_twin_ab.json`): a one-tile product (128x256x64, 128x256x64 w8 s3) 7.37
         against 5.35 µs; +2.0 to +3.4 µs on every product of 45 µs or less.
     """
 
@@ -252,7 +252,7 @@ def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int
     stages still pending, for wgmma, mma.sync and FMA tiles alike: our kernel compiled for sm_90
     and sm_80 has `ttg.async_wait {num = 2·(num_stages − 2)}` in its K loop (two async copies, A
     and B, per stage; checked 2026-11-30 for 16-, 64- and 128-row tiles, bf16 and fp32). Until
-    session 4 mma.sync tiles were given num_stages − 1.
+    on 2026-11-30 mma.sync tiles were given num_stages − 1.
     """
     return max(1, config.num_stages - 2)
 
@@ -269,7 +269,7 @@ def mma_and_smem_take_turns(config: Config, problem: Problem, hardware: Hardware
     other warp of its program on its scheduler, nothing fills the wait. (Co-resident programs
     still overlap each other: the latency term runs them side by side and the throughput term
     shares the SM's pipes; taller warp tiles, e.g. 64x64 per warp on the A100, have 32 HMMAs per
-    k16 step to hide their loads behind.) Measured on the H200 (BENCHMARKS.md, session 15;
+    k16 step to hide their loads behind.) Measured on the H200 (2026-12-01, BENCHMARKS.md at 705f18b;
     decode products, one program per SM, not DRAM-bound), ns per K step against the model with
     the pipes overlapped / taking turns: 16x64x256 w2 495-500 against 419 / 554, 16x64x256 w4
     642 against 492 / 627, 16x128x256 w4 1017-1048 against 784 / 1054.

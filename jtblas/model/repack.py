@@ -3,7 +3,7 @@
 A row-major operand whose rows do not start on 16-byte boundaries, or whose contiguous axis is
 a K that the masked K tail cuts at a misaligned offset, is read with narrow loads
 (`cost.vector_bytes`): on the H200 odd sizes ran the plain kernel at 82-122 TFLOP/s, and the same
-kernel on zero-padded copies at 580-700 (issue 7). `plan_for_problem` weighs the two:
+kernel on zero-padded copies at 580-700 (H200, 2026-11-30). `plan_for_problem` weighs the two:
 
     plain    = best predicted time over candidates(problem)
     repacked = best predicted time over candidates(padded problem) + Σ copies
@@ -41,7 +41,7 @@ from jtblas.model import cost
 from jtblas.model.select import CACHE_SIZE, _us, rank
 
 # Padded axes (K and the leading dimensions of copied operands) are rounded up to 64 elements:
-# the recipe measured on the H200 (issue 7: 580-700 TFLOP/s), rows starting on 128-byte L2 lines
+# the recipe measured on the H200 (2026-11-30: 580-700 TFLOP/s), rows starting on 128-byte L2 lines
 # for 16-bit dtypes (256 bytes for fp32), and K a multiple of every block_k up to 64, so the
 # kernel's K loop has no tail mask (EVEN_K) for the block_k the model picks on Hopper. The memory
 # cost is at most 63 elements per padded axis.

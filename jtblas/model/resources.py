@@ -35,7 +35,7 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
 
 def store_halves(config: Config) -> bool:
     """Whether the TMA kernel stores its tile as two halves of block_n / 2 columns (half the
-    staging buffer): for 256-column tiles, the form measured fastest on the H200 (session 6)."""
+    staging buffer): for 256-column tiles, the form measured fastest on the H200 (2026-11-30)."""
     return config.block_n >= 256
 
 
@@ -51,7 +51,7 @@ TMA_DTYPES = ("bfloat16", "float16")
 def tma_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
     """Reasons the TMA kernel cannot run `config` on `problem`; empty when it can. Any tile runs:
     a wgmma tile, or one Triton lowers to mma.sync (e.g. the 16-row decode tiles, which ran 4-6 µs
-    slower than on the pointer kernel on the H200, BENCHMARKS.md session 17, so `candidates`
+    slower than on the pointer kernel on the H200, 2026-12-01, BENCHMARKS.md at 705f18b, so `candidates`
     offers only the wgmma ones)."""
     errors = []
     if not hardware.tma:
@@ -104,7 +104,7 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
 def k_from_indices(problem: Problem) -> bool:
     """Whether the kernel addresses each K step from its K indices (else: carried pointer
     increments; `jtblas.kernels.matmul.reduce_k_blocks`). Chosen by layout, from one run of both
-    forms over the same configs on the H200 (Triton 3.6, 2026-11-30; BENCHMARKS.md, "K
+    forms over the same configs on the H200 (Triton 3.6, 2026-11-30; BENCHMARKS.md at 705f18b, "K
     addressing"): in NT (both operands K-major) the indexed form's best config was 2-9% faster
     (4096³: 701 vs 644 TFLOP/s) and the exhaustive best of 21 NT shapes 1.06x faster in geometric
     mean; in TT it was 0-8% slower, in NN and TN within 1%."""
@@ -127,7 +127,7 @@ def loaded_a_rows(problem: Problem, config: Config) -> int:
 # --- The split-K reduction kernel (jtblas.kernels.reduce.sum_splits_kernel) ----------------------
 
 # Elements one reduction program sums: at most 256 (two per thread of 4 warps), at least 32 (one
-# per thread of a warp). Measured on the H200 (BENCHMARKS.md, session 10: block 32-4096 x 1-8
+# per thread of a warp). Measured on the H200 (2026-12-01, BENCHMARKS.md at 705f18b: block 32-4096 x 1-8
 # warps after the product on ten split-K shapes): programs of 256 elements on 4 warps took
 # 2.4-3.3 µs where the former 1024 on 4 warps took 3.3-7.3 (1024x1024 split 4: 7.3 → 3.2); small
 # programs with few elements per thread put more loads of the partials in flight on every SM.
@@ -141,7 +141,7 @@ def reduction_block(elements: int, hardware: Hardware) -> int:
     two that still gives every SM a program (clamped to [REDUCTION_MIN_BLOCK, REDUCTION_MAX_BLOCK]).
     The reduction streams split_k partials per element from L2: a fixed 1024-element block left
     a 128x128 output to 16 programs on 16 SMs (16 KB per program per split), which at split 32 made
-    the reduction cost more than the product on the H200 (BENCHMARKS.md, session 8)."""
+    the reduction cost more than the product on the H200 (2026-11-30, BENCHMARKS.md at 705f18b)."""
     share = max(1, elements // hardware.sm_count)
     block = 1 << (share.bit_length() - 1)
     return min(REDUCTION_MAX_BLOCK, max(REDUCTION_MIN_BLOCK, block))

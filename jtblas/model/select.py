@@ -3,7 +3,7 @@
 Ties (equal predicted seconds, common when one bound such as DRAM bandwidth dominates) go, in
 order, to the unswapped tile (a swapped twin, `Config.swap_ab`, is picked only where it predicts
 faster: on the H200, 15 decode products whose swapped candidate tied the unswapped pick ran it
-0.90-1.06x as fast, 1.00 in geometric mean, BENCHMARKS.md session 17), to the config with the
+0.90-1.06x as fast, 1.00 in geometric mean, 2026-12-01, BENCHMARKS.md at 705f18b), to the config with the
 most slack (the smaller sum of its SM-side and memory-side times, so the bound that was not
 binding is furthest away), the larger tile (higher arithmetic intensity), the larger block_k,
 the fewer stages (less shared memory for the same time), the fewer warps, the larger group, the
