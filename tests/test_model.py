@@ -209,7 +209,8 @@ def test_api_accepts_dtypes_and_names():
 
     by_type = jtblas.select(512, 512, 512, dtype=jnp.bfloat16, hardware="h100")
     assert by_type == jtblas.select(512, 512, 512, dtype="bf16", hardware=hardware.H100)
-    assert jtblas.select(512, 512, 512, dtype=np.float32, precision="highest", hardware="a100")
+    highest = jtblas.select(512, 512, 512, dtype=np.float32, precision="highest", hardware="a100")
+    assert highest in jtblas.candidates(512, 512, 512, dtype=np.float32, precision="highest", hardware="a100")
     with pytest.raises(TypeError):
         jtblas.select(8, 8, 8, dtype="int8", hardware="h200")
     with pytest.raises(ValueError):
