@@ -210,7 +210,7 @@ def plots(results: dict, out_dir: Path, torch_results: dict | None = None) -> di
     ax.set_ylabel("jtblas ÷ XLA, speed (geomean)")
     ax.set_title(f"jtblas.matmul vs XLA's dot through jax.jit, per family ({device})")
     ax.grid(axis="y", alpha=0.3)
-    paths["vs_xla_by_family"] = _save(fig, out_dir / "vs_xla_by_family.png", plt)
+    paths["vs_xla_by_family"] = torch_report.save_figure(fig, out_dir / "vs_xla_by_family.png", plt)
 
     timed = [r for r in results.get("products", []) if r.get("speedup") and not r.get("error")]
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -226,18 +226,11 @@ def plots(results: dict, out_dir: Path, torch_results: dict | None = None) -> di
     ax.grid(alpha=0.3)
     if timed:
         ax.legend()
-    paths["tflops_vs_size"] = _save(fig, out_dir / "tflops_vs_size.png", plt)
+    paths["tflops_vs_size"] = torch_report.save_figure(fig, out_dir / "tflops_vs_size.png", plt)
     if torch_results:
         paths.update({k: v for k, v in torch_report.plots(torch_results, out_dir / "torch").items()
                       if k == "pick_vs_oracle"})
     return paths
-
-
-def _save(fig, path: Path, plt) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def write_report(out_dir) -> dict:

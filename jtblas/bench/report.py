@@ -351,7 +351,7 @@ def plots(results, out_dir) -> dict:
     else:
         ax.text(0.5, 0.5, "no square-set results", ha="center", transform=ax.transAxes)
     ax.grid(alpha=0.3)
-    paths["square"] = _save(fig, out_dir / "square.png", plt)
+    paths["square"] = save_figure(fig, out_dir / "square.png", plt)
 
     # 2. pick ÷ oracle: histogram and CDF.
     values = sorted(v for v in (ratios(r)["pick_over_oracle"] for r in records) if v)
@@ -367,7 +367,7 @@ def plots(results, out_dir) -> dict:
     c.set_ylabel("fraction of shapes ≤ x")
     c.grid(alpha=0.3)
     fig.suptitle(f"Model pick vs exhaustive search ({len(values)} shapes)")
-    paths["pick_vs_oracle"] = _save(fig, out_dir / "pick_vs_oracle.png", plt)
+    paths["pick_vs_oracle"] = save_figure(fig, out_dir / "pick_vs_oracle.png", plt)
 
     # 3. jtblas ÷ XLA (and ÷ cuBLAS) per group, geometric means.
     groups = summary(data)["groups"]
@@ -385,11 +385,12 @@ def plots(results, out_dir) -> dict:
         ax.text(0.5, 0.5, "no XLA/cuBLAS comparisons", ha="center", transform=ax.transAxes)
     ax.set_ylabel("jtblas speed ratio (geomean)")
     ax.set_title("jtblas vs XLA and cuBLAS by shape group")
-    paths["vs_xla_by_group"] = _save(fig, out_dir / "vs_xla_by_group.png", plt)
+    paths["vs_xla_by_group"] = save_figure(fig, out_dir / "vs_xla_by_group.png", plt)
     return paths
 
 
-def _save(fig, path: Path, plt) -> Path:
+def save_figure(fig, path: Path, plt) -> Path:
+    """Writes `fig` to `path` (PNG, 110 dpi) and closes it."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
