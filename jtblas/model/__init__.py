@@ -2,15 +2,17 @@
 
 Modules, one job each: `resources` (shared memory, registers, occupancy, instruction layout),
 `candidates` (the search space and its feasibility rules), `cost` (the equations, in one place),
-`select` (argmin, cache, explanation), `repack` (whether copying misaligned operands into padded
-buffers pays). Pure Python: imports neither JAX nor Triton and queries no device, so it runs and
-is tested on any machine with any hardware description.
+`select` (argmin, cache), `repack` (whether copying misaligned operands into padded buffers
+pays; the top of the plan), `explain` (the ranking in words). Pure Python: imports neither JAX
+nor Triton and queries no device, so it runs and is tested on any machine with any hardware
+description.
 """
 
 from jtblas.model.candidates import candidates_for_problem, rejection_reasons
 from jtblas.model.cost import Constants, Estimate, estimate
-from jtblas.model.repack import Plan, plan_for_problem
-from jtblas.model.select import Explanation, clear_cache, explain_problem, select_for_problem
+from jtblas.model.explain import Explanation, explain_problem
+from jtblas.model.repack import Plan, clear_cache, plan_for_problem
+from jtblas.model.select import select_for_problem
 
 __all__ = [
     "Constants",

@@ -38,7 +38,8 @@ import functools
 from jtblas.config import Config, Problem
 from jtblas.hardware import Hardware
 from jtblas.model import cost
-from jtblas.model.select import CACHE_SIZE, _us, rank
+from jtblas.model.select import CACHE_SIZE, rank, select_for_problem
+from jtblas.model.select import microseconds as _us
 
 # Padded axes (K and the leading dimensions of copied operands) are rounded up to 64 elements:
 # the recipe measured on the H200 (2026-11-30: 580-700 TFLOP/s), rows starting on 128-byte L2 lines
@@ -239,4 +240,6 @@ def _narrow_words(narrow: tuple[bool, bool]) -> str:
 
 
 def clear_cache() -> None:
+    """Forgets every cached selection and repacking plan."""
+    select_for_problem.cache_clear()
     plan_for_problem.cache_clear()
