@@ -23,7 +23,10 @@ INPUT_PRECISIONS = ("tf32", "ieee")
 # never needs more; the model searches up to jtblas.model.candidates.SPLIT_K_FACTORS).
 MAX_SPLIT_K = 256
 # `Config.short()`'s form, read back by `Config.from_short`.
-_SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?( swap)?( tma)?$")
+_SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?(?: p(\d+))?( swap)?( tma)?$")
+# Most K phases (`Config.k_phases`): 16 bytes of the narrowest operand dtype (2 bytes) is 8 rows'
+# worth of misalignment at most.
+MAX_K_PHASES = 8
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -46,6 +49,11 @@ class Config:
         tile's block_n columns: a 16-row tile that is 64 or more columns wide and has 4 or 8 warps
         then runs wgmma instead of mma.sync on Hopper (the pointer kernel only; the same loads,
         shared memory and output).
+      k_phases: number of programs sharing one tile's K rows by residue: program p reduces rows p,
+        p + k_phases, ... (1: none). Where an operand stored with its rows along K has a row
+        stride that is not a multiple of 16 bytes, k_phases rows apart it is, so each phase loads
+        it 16 bytes at a time from a shifted tile (`jtblas/kernels/matmul.py`); the phases' fp32
+        partials are summed like split-K's. A power of two up to 8; not with split_k or tma.
       tma: run the persistent kernel that moves A, B and C with the tensor-memory accelerator
         (`jtblas/kernels/matmul_tma.py`; Hopper, split_k 1) instead of the pointer-based one.
     """
@@ -59,6 +67,7 @@ class Config:
     split_k: int = 1
     swap_ab: bool = False
     tma: bool = False
+    k_phases: int = 1
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -76,6 +85,11 @@ class Config:
             raise ValueError(f"Config.num_stages must be an int in [1, 8], got {self.num_stages!r}")
         if not _is_power_of_two(self.split_k) or self.split_k > MAX_SPLIT_K:
             raise ValueError(f"Config.split_k must be a power of two in [1, {MAX_SPLIT_K}], got {self.split_k!r}")
+        if not _is_power_of_two(self.k_phases) or self.k_phases > MAX_K_PHASES:
+            raise ValueError(f"Config.k_phases must be a power of two in [1, {MAX_K_PHASES}], got {self.k_phases!r}")
+        if self.k_phases > 1 and (self.split_k > 1 or self.tma):
+            raise ValueError(f"Config.k_phases={self.k_phases} cannot be combined with split_k={self.split_k} "
+                             f"or tma={self.tma} (the phases are the kernel's K split)")
         for name in ("swap_ab", "tma"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
@@ -85,13 +99,20 @@ class Config:
             raise ValueError(
                 f"Config.tma needs split_k=1 (the TMA kernel does not split K), got split_k={self.split_k}")
 
+    @property
+    def k_slices(self) -> int:
+        """Programs sharing one tile's K loop, each writing an fp32 partial: split_k · k_phases."""
+        return self.split_k * self.k_phases
+
     def short(self) -> str:
-        """A compact one-line name, e.g. `128x256x64 w8 s3 g8` (` k4` for a split, ` swap`, ` tma`)."""
+        """A compact one-line name, e.g. `128x256x64 w8 s3 g8` (` k4` for a split, ` p8` for
+        K phases, ` swap`, ` tma`)."""
         name = (
             f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} "
             f"s{self.num_stages} g{self.group_m}"
         )
-        return (name + (f" k{self.split_k}" if self.split_k > 1 else "") + (" swap" if self.swap_ab else "")
+        return (name + (f" k{self.split_k}" if self.split_k > 1 else "")
+                + (f" p{self.k_phases}" if self.k_phases > 1 else "") + (" swap" if self.swap_ab else "")
                 + (" tma" if self.tma else ""))
 
     @classmethod
@@ -100,11 +121,11 @@ class Config:
         match = _SHORT_NAME.match(text.strip())
         if not match:
             raise ValueError(
-                f"Config.from_short: {text!r} is not of the form '128x256x64 w8 s3 g8 [k4] [swap] [tma]'")
-        bm, bn, bk, warps, stages, group, split, swap, tma = match.groups()
+                f"Config.from_short: {text!r} is not of the form '128x256x64 w8 s3 g8 [k4] [p8] [swap] [tma]'")
+        bm, bn, bk, warps, stages, group, split, phases, swap, tma = match.groups()
         return cls(block_m=int(bm), block_n=int(bn), block_k=int(bk), num_warps=int(warps),
                    num_stages=int(stages), group_m=int(group), split_k=int(split or 1), swap_ab=bool(swap),
-                   tma=bool(tma))
+                   tma=bool(tma), k_phases=int(phases or 1))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

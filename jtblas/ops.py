@@ -327,8 +327,9 @@ def launch_spec(
     apart, dense by default; C [M, N] dense); shared by `matmul` and the benchmark, which launches
     the same kernel on torch tensors.
 
-    With `config.split_k` > 1 the grid gains a third axis (the split) and the kernel's output is
-    not C but an fp32 workspace [split_k, batch, M, N] of partial sums (its batch stride is M·N
+    With `config.split_k` > 1 (or `config.k_phases` > 1) the grid gains a third axis (the split,
+    or the phase) and the kernel's output is not C but an fp32 workspace [split_k·k_phases, batch,
+    M, N] of partial sums (its batch stride is M·N
     whatever `batch_strides` says); `sum_splits_spec` launches the reduction into C. With `atomic`
     (and a split) the output is instead a zeroed fp32 [batch, M, N] buffer (batch stride M·N)
     into which every split adds its partial with atomics (ATOMIC_SPLIT); the result is C when C
@@ -340,11 +341,15 @@ def launch_spec(
     if config.tma:
         return tma_launch_spec(problem, config, batch=batch, batch_strides=batch_strides, hw=hw)
     m, n, k = problem.m, problem.n, problem.k
-    split = config.split_k
+    split = config.k_slices
     lda, ldb = problem.a_row_stride, problem.b_row_stride
     stride_am, stride_ak = (1, lda) if problem.transpose_a else (lda, 1)
     stride_bk, stride_bn = (1, ldb) if problem.transpose_b else (ldb, 1)
-    tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+    shift_a, shift_b = resources.shifted_operands(problem, config)
+    vector = 16 // problem.operand_bytes
+    # A shifted operand's tiles start up to vector - 1 rows (columns) before C's.
+    tiles = (math.ceil((m + (vector - 1) * shift_a) / config.block_m)
+             * math.ceil((n + (vector - 1) * shift_b) / config.block_n))
     atomic = atomic and split > 1
     biggest = max(*_stored_elements(problem), m * n * (1 if atomic else split)) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
@@ -365,14 +370,20 @@ def launch_spec(
         num_stages=config.num_stages,
         metaparams=dict(
             **_tile_metaparams(problem, config),
-            EVEN_K=k % config.block_k == 0,
+            EVEN_K=k % (config.block_k * config.k_phases) == 0,
             INDEX_64=biggest >= _INDEX_32_LIMIT,
             **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
-            SPLIT_K=split,
+            SPLIT_K=config.split_k,
             ATOMIC_SPLIT=atomic,
             K_FROM_INDICES=resources.k_from_indices(problem),
             SHORT_A_ROWS=m if resources.masks_short_a(problem, config) else 0,
             SWAP_AB=config.swap_ab,
+            K_PHASES=config.k_phases,
+            SHIFT_A=shift_a,
+            SHIFT_B=shift_b,
+            VECTOR=vector,
+            TILE_M_UNIT=vector if shift_a else units["M"],
+            TILE_N_UNIT=vector if shift_b else units["N"],
         ),
     )
 
@@ -588,9 +599,9 @@ def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic:
     elements spread over `hw`'s SMs (by default the detected GPU's). With `atomic` the workspace
     is the single fp32 sum [batch, M, N] that the atomic launch wrote, and this launch only casts
     it (SPLIT_K=1)."""
-    if config.split_k == 1:
+    if config.k_slices == 1:
         raise ValueError(f"sum_splits_spec: {config.short()} does not split K")
-    splits = 1 if atomic else config.split_k
+    splits = 1 if atomic else config.k_slices
     size = batch * problem.m * problem.n
     unit = divisibility_unit(size, 16 // 4)  # fp32 partials: 4 elements fill a 16-byte load
     block = resources.reduction_block(size, hw or hardware.detect())
@@ -620,14 +631,14 @@ def _launch_gemm(
     """The product by `matmul_kernel` (`matmul_tma_kernel` for a `config.tma`, sized for `hw`):
     [M, N] for 2-D operands, [batch, M, N] for 3-D ones.
 
-    One launch, or with `config.split_k` > 1 two: fp32 partial sums of K slices into a
-    [split_k·batch, M, N] workspace, then `sum_splits_kernel` adds them in a fixed order and casts
+    One launch, or with `config.k_slices` > 1 (a K split or K phases) two: fp32 partial sums of
+    K slices into a [k_slices·batch, M, N] workspace, then `sum_splits_kernel` adds them in a fixed order and casts
     once (deterministic: the same inputs give the same bits run after run). With a split and not
     `deterministic`, the splits add their partials with fp32 atomics into a zeroed fp32
     [batch, M, N] buffer: that is C for an fp32 output (one launch), else `sum_splits_kernel`
     with one split casts it.
     """
-    split = config.split_k
+    split = config.k_slices
     atomic = split > 1 and not deterministic
     spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)

@@ -54,12 +54,14 @@ def test_pick_is_feasible_and_among_candidates(case):
     assert len(space) == len(set(space))
     # The space stays small enough to rank in milliseconds: ≤ ~470 plain configs (A100, 2-warp
     # 16-row tiles since 2026-12-01), each with at most two split-K variants (a factor and its
-    # double, `_split_candidates`) and one TMA twin.
-    plain = [config for config in space if config.split_k == 1 and not config.tma]
+    # double, `_split_candidates`), one TMA twin, and where rows along K are misaligned one K-phase
+    # twin (its phases the count that aligns them).
+    plain = [config for config in space if config.split_k == 1 and not config.tma and config.k_phases == 1]
     assert len(plain) <= 500
-    variants = collections.Counter(dataclasses.replace(config, split_k=1, tma=False) for config in space)
+    variants = collections.Counter(dataclasses.replace(config, split_k=1, tma=False, k_phases=1) for config in space)
     assert set(variants) == set(plain)
-    assert max(variants.values()) <= 1 + 2 + 1
+    assert max(variants.values()) <= 1 + 2 + 1 + 1
+    assert {config.k_phases for config in space} <= {1, resources.needed_k_phases(problem)}
     assert model.rejection_reasons(pick, problem, hw) == []
     assert resources.fit_errors(pick, problem, hw) == []
     assert resources.registers_per_thread(pick) <= hw.max_regs_per_thread

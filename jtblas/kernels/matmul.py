@@ -114,24 +114,25 @@ def reduce_k_blocks(
 
 
 @triton.jit
-def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Stores the tile's accumulator into C, cast to C's dtype, masked at the edges."""
+def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               ATOMIC: tl.constexpr = False, row_shift=0, col_shift=0, SHIFTED: tl.constexpr = False):
+    """Stores the tile's accumulator into C, cast to C's dtype, masked at the edges; with ATOMIC,
+    adds the fp32 partial into an fp32 C with atomics instead (relaxed ordering: only the final
+    sums are read, after the launch). SHIFTED: the tile's rows (columns) start row_shift
+    (col_shift) before C's, and those before C's first are masked too (a `K_PHASES` partial)."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if SHIFTED:
+        rows -= row_shift
+        cols -= col_shift
+        mask = (rows[:, None] >= 0) & (rows[:, None] < M) & (cols[None, :] >= 0) & (cols[None, :] < N)
+    else:
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Adds the tile's fp32 partial into the fp32 C with atomics, masked at the edges (relaxed
-    ordering: only the final sums are read, after the launch)."""
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.atomic_add(c_ptrs, acc, mask=mask, sem="relaxed")
+    if ATOMIC:
+        tl.atomic_add(c_ptrs, acc, mask=mask, sem="relaxed")
+    else:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 # M, N, K and the batch strides already carry their divisibility in *_UNIT; Triton's launcher
@@ -176,6 +177,12 @@ def matmul_kernel(
     K_FROM_INDICES: tl.constexpr = False,
     SHORT_A_ROWS: tl.constexpr = 0,
     SWAP_AB: tl.constexpr = False,
+    K_PHASES: tl.constexpr = 1,
+    SHIFT_A: tl.constexpr = False,
+    SHIFT_B: tl.constexpr = False,
+    VECTOR: tl.constexpr = 8,
+    TILE_M_UNIT: tl.constexpr = 1,
+    TILE_N_UNIT: tl.constexpr = 1,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -196,6 +203,19 @@ def matmul_kernel(
     re-derived in every K step at some M (M = 1: 284 instructions and 180 registers in the K loop
     of a 16x64x256 2-warp tile, against 275 and 158 at M = 4; M = 1 and 2 streamed 8-24% slower
     than M = 4 and 16 on the H200, 2026-12-01, BENCHMARKS.md at 705f18b).
+    K_PHASES > 1: grid axis 2 runs over K_PHASES phases, phase p reducing the K rows p,
+    p + K_PHASES, p + 2·K_PHASES, ... into its fp32 partial of the [K_PHASES, batch, M, N]
+    workspace (summed like split-K's). It is how an operand stored with its rows along K (B [K, N],
+    or A stored [K, M]) whose row stride is not a multiple of 16 bytes is still loaded 16 bytes at
+    a time: K_PHASES rows apart the stride is, so within a phase every row starts at the same
+    offset (its shift, < VECTOR elements) past a 16-byte boundary. SHIFT_A (SHIFT_B): the phase's
+    A (B) tiles start at that boundary instead, so the tile's rows (columns) are C's shifted by
+    the shift, and the store shifts them back (`store_tile`). VECTOR: operand elements per 16
+    bytes. TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
+    where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the previous row's, or for the
+    first row, none: its shift is 0) and after it, inside the 16-byte block that holds the row's
+    last element; so they never leave the pages the operand is in, and what lies outside the
+    row lands only in rows (columns) of the tile that are never stored.
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does
@@ -215,42 +235,82 @@ def matmul_kernel(
     stride_cb = stride_cb * STRIDE_CB_UNIT
     pid = tl.program_id(0)
     batch = tl.program_id(1)
-    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    if INDEX_64:
-        pid_m = pid_m.to(tl.int64)
-        pid_n = pid_n.to(tl.int64)
-        batch = batch.to(tl.int64)
-    a_ptr += batch * stride_ab
-    b_ptr += batch * stride_bb
-    c_ptr += batch * stride_cb
-    a_rows, b_cols = tile_bases(
-        a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS,
-    )
-    k_blocks = tl.cdiv(K, BLOCK_K)
-    if SPLIT_K == 1:
-        acc = reduce_k_blocks(
-            a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
-            BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
-        )
-    else:
-        # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its own
-        # fp32 partial, c[split, batch] of a dense [SPLIT_K, batch, M, N] workspace (the launcher
-        # passes stride_cb = M·N). A split past the last K block reduces nothing and writes zeros,
-        # so every partial is written and the sum never reads an unwritten element.
-        split = tl.program_id(2)
+    if K_PHASES > 1:
+        phase = tl.program_id(2)
         if INDEX_64:
-            split = split.to(tl.int64)
-        chunk = tl.cdiv(k_blocks, SPLIT_K)
-        first = split * chunk
-        last = tl.minimum(first + chunk, k_blocks)
-        if not ATOMIC_SPLIT:
-            c_ptr += split * tl.num_programs(1) * stride_cb
+            batch = batch.to(tl.int64)
+            phase = phase.to(tl.int64)
+        a_offset = batch * stride_ab + phase * stride_ak
+        b_offset = batch * stride_bb + phase * stride_bk
+        a_shift = 0
+        b_shift = 0
+        # A shifted tile spans up to VECTOR - 1 more rows (columns) than C: the grid covers them,
+        # and its offsets wrap at the next multiple of VECTOR past the last one the phase needs.
+        tile_rows = M
+        tile_cols = N
+        grid_rows = M
+        grid_cols = N
+        if SHIFT_A:
+            a_shift = a_offset % VECTOR
+            a_offset = a_offset // VECTOR * VECTOR
+            tile_rows = tl.cdiv(M + a_shift, VECTOR) * VECTOR
+            grid_rows = M + VECTOR - 1
+        if SHIFT_B:
+            b_shift = b_offset % VECTOR
+            b_offset = b_offset // VECTOR * VECTOR
+            tile_cols = tl.cdiv(N + b_shift, VECTOR) * VECTOR
+            grid_cols = N + VECTOR - 1
+        pid_m, pid_n = grouped_tile(pid, grid_rows, grid_cols, BLOCK_M, BLOCK_N, GROUP_M)
+        if INDEX_64:
+            pid_m = pid_m.to(tl.int64)
+            pid_n = pid_n.to(tl.int64)
+        a_rows, b_cols = tile_bases(
+            a_ptr + a_offset, b_ptr + b_offset, pid_m, pid_n, tile_rows, tile_cols, stride_am, stride_bn,
+            BLOCK_M, BLOCK_N, TILE_M_UNIT, TILE_N_UNIT, SHORT_A_ROWS,
+        )
+        phase_k = tl.cdiv(K - phase, K_PHASES)  # K rows of this phase (0 when K <= phase)
         acc = reduce_k_blocks(
-            a_rows, b_cols, K, first, last, stride_ak, stride_bk,
+            a_rows, b_cols, phase_k, 0, tl.cdiv(phase_k, BLOCK_K), stride_ak * K_PHASES, stride_bk * K_PHASES,
             BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
         )
-    if ATOMIC_SPLIT:
-        add_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        c_ptr += batch * stride_cb
+        if not ATOMIC_SPLIT:
+            c_ptr += phase * tl.num_programs(1) * stride_cb
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT,
+                   a_shift, b_shift, True)
     else:
-        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-
+        pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if INDEX_64:
+            pid_m = pid_m.to(tl.int64)
+            pid_n = pid_n.to(tl.int64)
+            batch = batch.to(tl.int64)
+        a_ptr += batch * stride_ab
+        b_ptr += batch * stride_bb
+        c_ptr += batch * stride_cb
+        a_rows, b_cols = tile_bases(
+            a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS,
+        )
+        k_blocks = tl.cdiv(K, BLOCK_K)
+        if SPLIT_K == 1:
+            acc = reduce_k_blocks(
+                a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
+                BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
+            )
+        else:
+            # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its
+            # own fp32 partial, c[split, batch] of a dense [SPLIT_K, batch, M, N] workspace (the
+            # launcher passes stride_cb = M·N). A split past the last K block reduces nothing and
+            # writes zeros, so every partial is written and the sum never reads an unwritten element.
+            split = tl.program_id(2)
+            if INDEX_64:
+                split = split.to(tl.int64)
+            chunk = tl.cdiv(k_blocks, SPLIT_K)
+            first = split * chunk
+            last = tl.minimum(first + chunk, k_blocks)
+            if not ATOMIC_SPLIT:
+                c_ptr += split * tl.num_programs(1) * stride_cb
+            acc = reduce_k_blocks(
+                a_rows, b_cols, K, first, last, stride_ak, stride_bk,
+                BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
+            )
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT)

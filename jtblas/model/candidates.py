@@ -122,7 +122,8 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
 
     Hard limits (the kernel cannot run, or spills): shared memory, threads, registers. Search
     limits (it runs, but can never be worth timing): blocks beyond the problem, too little work
-    per warp, stages beyond the K loop, split-K where the tiles fill the GPU (`split_k_rejections`).
+    per warp, stages beyond the K loop, split-K where the tiles fill the GPU (`split_k_rejections`),
+    K phases other than the count that aligns the rows along K (`resources.needed_k_phases`).
     """
     reasons = list(resources.fit_errors(config, problem, hardware))
     registers = resources.registers_per_thread(config)
@@ -161,6 +162,9 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         reasons.append(f"group_m={config.group_m} not in {_group_sizes(config.block_m, config.block_n, problem)}")
     if config.split_k != 1:
         reasons.extend(split_k_rejections(config, problem, hardware))
+    if config.k_phases != 1 and config.k_phases != resources.needed_k_phases(problem):
+        reasons.append(f"k_phases={config.k_phases}: the rows along K of {problem.short()} need "
+                       f"{resources.needed_k_phases(problem)} phase(s) to start on 16-byte boundaries")
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
@@ -170,7 +174,10 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
 
 
 def program_k_steps(config: Config, problem: Problem) -> int:
-    """K blocks one program reduces: all of K's, or with split-K a slice of ⌈blocks / split_k⌉."""
+    """K blocks one program reduces: all of K's, with split-K a slice of ⌈blocks / split_k⌉, with
+    K phases those of its ⌈K / k_phases⌉ rows."""
+    if config.k_phases > 1:
+        return -(-(-(-problem.k // config.k_phases)) // config.block_k)
     k_blocks = -(-problem.k // config.block_k)
     return -(-k_blocks // config.split_k)
 
@@ -233,8 +240,9 @@ def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...
 
 def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
     """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
-    block_k, num_warps, num_stages, group_m, split_k, swap_ab, tma ascending). Equal to the configs
-    of BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (False, True) x (False, True) with
+    block_k, num_warps, num_stages, group_m, split_k, k_phases, swap_ab, tma ascending). Equal to the
+    configs of BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (1, needed k_phases) x
+    (False, True) x (False, True) with
     no `rejection_reasons`, computed
     with the same integer arithmetic but without building rejected Configs (select stays fast)."""
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
@@ -278,10 +286,27 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
     plain = list(result)
     if split_k_searched(problem, hardware):
         result.extend(_split_candidates(plain, problem, hardware))
+    result.extend(_phase_candidates(plain, problem, hardware))
     result.extend(_swap_candidates(result, problem, hardware))
     if hardware.tma:
         result.extend(_tma_candidates(plain, problem, hardware))
     result.sort(key=_order)
+    return result
+
+
+def _phase_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
+    """The K-phase twins (`Config.k_phases`) of the plain candidates, where an operand stored with
+    its rows along K is not 16-byte aligned row to row (`resources.needed_k_phases`): the fewest
+    phases that align it, with the stage range of a phase's shorter K loop."""
+    phases = resources.needed_k_phases(problem)
+    if phases == 1:
+        return []
+    low_s = min_stages(problem, hardware)
+    result = []
+    for config in plain:
+        twin = dataclasses.replace(config, k_phases=phases)
+        if config.num_stages <= max(low_s, program_k_steps(twin, problem) + 1):
+            result.append(twin)
     return result
 
 
@@ -335,4 +360,4 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
 
 def _order(config: Config) -> tuple[int, ...]:
     return (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages,
-            config.group_m, config.split_k, config.swap_ab, config.tma)
+            config.group_m, config.split_k, config.k_phases, config.swap_ab, config.tma)

@@ -35,6 +35,11 @@ the first kernel and read back by the reduction kernel, which adds a second laun
                                        busiest SM's padded blocks' bytes / load port)
     reduce_bytes = s·M·N·4 + M·N·out_bytes
 
+K phases (config.k_phases = p > 1, where an operand stored with its rows along K has a row stride
+that is not 16-byte aligned) run the split-K equations with p slices of ⌈K / p⌉ rows each, the
+shifted operand at full vector width and a K-contiguous one an element at a time (`vector_bytes`),
+on a grid of tiles over C widened by up to 16 bytes' worth of shifted rows (columns).
+
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
 
@@ -53,6 +58,8 @@ from jtblas.model import candidates, resources
 NANO = 1e-9
 # Split-K partials are fp32.
 PARTIAL_BYTES = 4
+# The narrowest copy cp.async makes (PTX ISA, cp.async: cp-size 4, 8 or 16 bytes).
+MIN_ASYNC_COPY_BYTES = 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -245,8 +252,13 @@ def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
     return hardware.sm_count / rate
 
 
-def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int:
-    """K steps whose loads are in flight while one step computes: num_stages − 2, at least 1.
+def loads_in_flight(config: Config, problem: Problem, hardware: Hardware,
+                    constants: Constants = DEFAULT_CONSTANTS) -> int:
+    """K steps whose loads are in flight while one step computes: num_stages − 2, at least 1; and
+    1 where an operand is loaded narrower than 4 bytes at a time (`vector_bytes`): cp.async copies
+    4, 8 or 16 bytes (PTX ISA, cp.async cp-size), so such loads are not pipelined, and each K step
+    waits for its own. (On the H200, 2026-12-01: 1x50257x1600 and 4x50257x1600 bf16, whose B rows
+    are 2-byte aligned, took 2537 and 2341 µs on 25 K steps per program against XLA's 66 µs.)
 
     Triton 3.6's software pipeliner waits for a stage's copies with those of num_stages − 2 later
     stages still pending, for wgmma, mma.sync and FMA tiles alike: our kernel compiled for sm_90
@@ -254,6 +266,8 @@ def loads_in_flight(config: Config, problem: Problem, hardware: Hardware) -> int
     and B, per stage; checked 2026-11-30 for 16-, 64- and 128-row tiles, bf16 and fp32). Until
     on 2026-11-30 mma.sync tiles were given num_stages − 1.
     """
+    if min(vector_bytes(problem, config, operand, constants) for operand in ("a", "b")) < MIN_ASYNC_COPY_BYTES:
+        return 1
     return max(1, config.num_stages - 2)
 
 
@@ -292,14 +306,22 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     When it is M (N), the tile's offsets wrap at M (N) and are contiguous only in runs of M's (N's)
     largest power-of-two divisor, so loads are no wider than that many elements either.
     The TMA kernel's bulk copies are full width (its rows are 16-byte aligned, tails zero-filled).
+    With K phases (`Config.k_phases`), an operand the phases shift is loaded at full width (its
+    tiles start on 16-byte boundaries and wrap at multiples of 16 bytes), and a K-contiguous one
+    one element at a time (a phase's K indices are k_phases apart).
     """
     if config.tma:
         return constants.full_vector_bytes
     element = problem.operand_bytes
+    shifted = resources.shifted_operands(problem, config)
     if operand == "a":
-        stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
+        stride, k_contiguous, extent, shift = problem.a_row_stride, not problem.transpose_a, problem.m, shifted[0]
     else:
-        stride, k_contiguous, extent = problem.b_row_stride, problem.transpose_b, problem.n
+        stride, k_contiguous, extent, shift = problem.b_row_stride, problem.transpose_b, problem.n, shifted[1]
+    if shift:
+        return constants.full_vector_bytes
+    if k_contiguous and config.k_phases > 1:
+        return element
     stride_bytes = stride * element
     width = min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
     if k_contiguous and problem.k % config.block_k:
@@ -385,11 +407,14 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
              constants: Constants = DEFAULT_CONSTANTS) -> Estimate:
     """Predicted time of `config` on `problem` on `hardware`, with each term (see module doc)."""
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    split = config.split_k
+    split = config.k_slices  # programs per tile: K splits or K phases, each with an fp32 partial
     element = problem.operand_bytes
     clock = hardware.clock_hz
-    tiles_m = -(-problem.m // bm)
-    tiles_n = -(-problem.n // bn)
+    # A shifted operand's tiles (K phases) start up to 16 bytes' worth of elements before C's.
+    shift_a, shift_b = resources.shifted_operands(problem, config)
+    reach = constants.full_vector_bytes // element - 1
+    tiles_m = -(-(problem.m + reach * shift_a) // bm)
+    tiles_n = -(-(problem.n + reach * shift_b) // bn)
     tiles = tiles_m * tiles_n
     grid = tiles * split
     k_steps = candidates.program_k_steps(config, problem)  # per program: its slice of the K blocks
@@ -426,7 +451,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     step_chain = (max(step_mma + step_smem, step_load) + step_overhead
                   if mma_and_smem_take_turns(config, problem, hardware, constants) else step)
     latency = constants.memory_latency_seconds
-    step_latency = latency / loads_in_flight(config, problem, hardware)
+    step_latency = latency / loads_in_flight(config, problem, hardware, constants)
 
     # One tile: first stage in flight, the K loop, then the C tile through shared memory (layout
     # conversion: one write and one read) and out through the load/store port.

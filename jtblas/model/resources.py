@@ -101,6 +101,43 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
     return errors
 
 
+# A vector load or cp.async moves at most 16 bytes, from an address that is a multiple of its size
+# (PTX ISA, ld.global.v4 and cp.async cp-size 4, 8 or 16).
+VECTOR_BYTES = 16
+
+
+def rows_along_k(problem: Problem) -> tuple[bool, bool]:
+    """Whether A (B) is stored with its rows along K: A stored [K, M] (transpose_a), B [K, N]
+    (not transpose_b). Their row starts step by the row stride at every K index."""
+    return problem.transpose_a, not problem.transpose_b
+
+
+def needed_k_phases(problem: Problem) -> int:
+    """Fewest K phases (`Config.k_phases`) k such that, k rows apart, every operand stored with
+    its rows along K starts on a 16-byte boundary: 16 / gcd(16, row stride x bytes), over those
+    operands (1 where they all already do, 8 for a bf16 row of odd length)."""
+    phases = 1
+    for along_k, stride in zip(rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride)):
+        if along_k:
+            stride_bytes = stride * problem.operand_bytes
+            alignment = min(VECTOR_BYTES, stride_bytes & -stride_bytes)  # its largest power-of-two divisor
+            phases = max(phases, VECTOR_BYTES // alignment)
+    return phases
+
+
+def shifted_operands(problem: Problem, config: Config) -> tuple[bool, bool]:
+    """Whether the K-phase kernel loads A's (B's) tiles from a 16-byte boundary, shifted
+    (`matmul_kernel`'s SHIFT_A, SHIFT_B): the operand's rows run along K, its row stride is not a
+    multiple of 16 bytes, and config.k_phases rows apart it is."""
+    if config.k_phases == 1:
+        return False, False
+    return tuple(
+        along_k and (stride * problem.operand_bytes) % VECTOR_BYTES != 0
+        and (config.k_phases * stride * problem.operand_bytes) % VECTOR_BYTES == 0
+        for along_k, stride in zip(rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride))
+    )
+
+
 def k_from_indices(problem: Problem) -> bool:
     """Whether the kernel addresses each K step from its K indices (else: carried pointer
     increments; `jtblas.kernels.matmul.reduce_k_blocks`). Chosen by layout, from one run of both

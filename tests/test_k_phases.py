@@ -1,0 +1,195 @@
+"""K phases (`Config.k_phases`): the kernel form for operands whose rows along K are not 16-byte
+aligned (an lm head over a 50257-token vocabulary). Every layout, dtype, shift and K tail against
+a float64 reference under Triton's interpreter, with NaN-poisoned partials (an unwritten element
+fails the finiteness check); the launch's shifts and hints; the model's choice; the CUDA lowering.
+"""
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jtblas
+from jtblas import hardware, model
+from jtblas.config import Config, Problem
+from jtblas.model import candidates, cost, resources
+from jtblas.ops import launch_spec
+from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, stored_shapes, tolerance
+
+LAYOUTS = list(itertools.product([False, True], repeat=2))
+LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
+H200 = hardware.BUILTIN["h200"]
+
+
+def phase_config(phases: int, block_k: int = 16, **overrides) -> Config:
+    fields = dict(block_m=32, block_n=32, block_k=block_k, group_m=1, num_warps=4, num_stages=2,
+                  k_phases=phases) | overrides
+    return Config(**fields)
+
+
+def product(a, b, config, transpose_a=False, transpose_b=False, **kwargs):
+    return jax.jit(lambda x, y: jtblas.matmul(
+        x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config, **kwargs))(a, b)
+
+
+# Odd M and N make every layout's rows along K misaligned (A stored [K, M], B [K, N]); K = 203 is
+# not a multiple of phases x block_k, and its phases hold 26 or 25 rows.
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_every_layout_and_dtype_matches_float64_reference(transpose_a, transpose_b, dtype, rng):
+    m, n, k = 37, 53, 203
+    problem = Problem(m=m, n=n, k=k, dtype=dtype, out_dtype=dtype, transpose_a=transpose_a,
+                      transpose_b=transpose_b)
+    phases = max(2, resources.needed_k_phases(problem))
+    a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+    out = product(a, b, phase_config(phases), transpose_a, transpose_b)
+    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
+    assert relative_error(out, reference) < tolerance(dtype, dtype)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 50, 7), (5, 9, 1), (16, 130, 64), (3, 41, 129)])
+def test_tiny_and_tail_sizes(m, n, k, rng):
+    """K smaller than the phases (phases with no row write zeros), one row, a K multiple of
+    phases x block_k (no mask), shifted tiles crossing a tile edge."""
+    a, b, reference = random_operands(rng, m, n, k, "bfloat16")
+    out = product(a, b, phase_config(8))
+    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+
+
+def test_swapped_tile_and_fp32_output(rng):
+    a, b, reference = random_operands(rng, 9, 77, 150, "bfloat16")
+    config = phase_config(8, block_m=16, block_n=64, swap_ab=True)
+    out = product(a, b, config, preferred_element_type=jnp.float32)
+    assert out.dtype == jnp.float32
+    assert relative_error(out, reference) < tolerance("bfloat16", "float32")
+
+
+def test_batched_operands_with_odd_batch_strides(rng):
+    """vmap over both operands: each batch element starts at an odd offset, so its shifts differ."""
+    batch, m, n, k = 3, 11, 45, 70
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((batch, k, n)).astype(np.float32)
+    a16, b16 = jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16)
+    reference = np.asarray(a16, np.float64) @ np.asarray(b16, np.float64)
+    config = phase_config(8)
+    out = jax.jit(jax.vmap(lambda x, y: jtblas.matmul(x, y, config=config)))(a16, b16)
+    assert out.shape == (batch, m, n)
+    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+
+
+def test_gradients_through_phased_products(rng):
+    """dx (NT) and dw (TN) of x @ w with an odd N: the model plans them, phases or not."""
+    x = jnp.asarray(rng.standard_normal((6, 40)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((40, 57)), jnp.float32)
+
+    def loss(matmul, x, w):
+        return (matmul(x, w) ** 2).sum()
+
+    got = jax.jit(jax.grad(lambda x, w: loss(lambda p, q: jtblas.matmul(p, q, precision="highest"), x, w),
+                           argnums=(0, 1)))(x, w)
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    dy = 2 * x64 @ w64
+    for value, reference in zip(got, (dy @ w64.T, x64.T @ dy)):
+        assert relative_error(value, reference) < tolerance("float32", "float32", "ieee")
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+def test_shifts_only_where_rows_along_k_are_misaligned(transpose_a, transpose_b):
+    for m, n in ((37, 53), (64, 53), (37, 64), (64, 64)):
+        problem = Problem(m=m, n=n, k=100, transpose_a=transpose_a, transpose_b=transpose_b)
+        config = phase_config(8)
+        shift_a, shift_b = resources.shifted_operands(problem, config)
+        assert shift_a == (transpose_a and m % 8 != 0)
+        assert shift_b == (not transpose_b and n % 8 != 0)
+        spec = launch_spec(problem, config, hw=H200)
+        assert (spec.metaparams["SHIFT_A"], spec.metaparams["SHIFT_B"]) == (shift_a, shift_b)
+        assert spec.grid[2] == 8
+        # The grid covers C widened by 7 shifted rows (columns).
+        rows, cols = m + 7 * shift_a, n + 7 * shift_b
+        assert spec.grid[0] == -(-rows // 32) * -(-cols // 32)
+
+
+def test_shifted_tiles_start_on_16_byte_boundaries():
+    """What the kernel's hints claim, in numpy: within a phase every row of a misaligned operand
+    starts `shift` elements past a 16-byte boundary, the same shift for every row."""
+    for stride, elements_per_16_bytes in ((50257, 8), (1602, 8), (57, 4)):
+        problem = Problem(m=1, n=stride, k=64, dtype="float32" if elements_per_16_bytes == 4 else "bfloat16")
+        phases = resources.needed_k_phases(problem)
+        for phase in range(phases):
+            offsets = (phase + phases * np.arange(20)) * stride
+            shifts = offsets % elements_per_16_bytes
+            assert np.all(shifts == shifts[0])
+            assert np.all((offsets - shifts) % elements_per_16_bytes == 0)
+
+
+def test_needed_phases():
+    assert resources.needed_k_phases(Problem(m=1, n=50257, k=1600)) == 8
+    assert resources.needed_k_phases(Problem(m=1, n=50258, k=1600)) == 4
+    assert resources.needed_k_phases(Problem(m=1, n=50260, k=1600)) == 2
+    assert resources.needed_k_phases(Problem(m=1, n=50264, k=1600)) == 1
+    assert resources.needed_k_phases(Problem(m=1, n=57, k=16, dtype="float32", out_dtype="float32")) == 4
+    # B stored [N, K]: its rows run along N, not K; an odd K there is not what phases fix.
+    assert resources.needed_k_phases(Problem(m=64, n=64, k=50257, transpose_b=True)) == 1
+
+
+def test_config_rules():
+    with pytest.raises(ValueError, match="k_phases"):
+        Config(k_phases=3)
+    with pytest.raises(ValueError, match="k_phases"):
+        Config(k_phases=16)
+    with pytest.raises(ValueError, match="split_k"):
+        Config(k_phases=8, split_k=2)
+    config = Config(block_m=16, block_n=128, block_k=64, num_warps=2, group_m=1, k_phases=8)
+    assert config.short() == "16x128x64 w2 s3 g1 p8"
+    assert Config.from_short(config.short()) == config
+    assert config.k_slices == 8
+
+
+def test_candidates_offer_phases_only_where_they_align_rows():
+    odd = Problem(m=1, n=50257, k=1600)
+    configs = candidates.candidates_for_problem(odd, H200)
+    phased = [c for c in configs if c.k_phases > 1]
+    assert phased and all(c.k_phases == 8 for c in phased)
+    assert all(not candidates.rejection_reasons(c, odd, H200) for c in phased)
+    aligned = Problem(m=1, n=50304, k=1600)
+    assert all(c.k_phases == 1 for c in candidates.candidates_for_problem(aligned, H200))
+    assert candidates.rejection_reasons(phased[0], aligned, H200)
+
+
+def test_model_prices_narrow_loads_unpipelined():
+    """A load narrower than cp.async's 4 bytes is not pipelined: one K step's loads in flight."""
+    odd = Problem(m=1, n=50257, k=1600)
+    plain = Config(block_m=16, block_n=128, block_k=64, num_warps=2, num_stages=4, group_m=1)
+    assert cost.vector_bytes(odd, plain, "b") == 2
+    assert cost.loads_in_flight(plain, odd, H200) == 1
+    phased = dataclasses.replace(plain, k_phases=8)
+    assert cost.vector_bytes(odd, phased, "b") == 16
+    # In NN a phase's K indices of A are 8 apart: A's loads are an element wide, not pipelined.
+    assert cost.vector_bytes(odd, phased, "a") == 2
+    assert cost.loads_in_flight(phased, odd, H200) == 1
+    # In TN A's rows run along K too (aligned here): both operands load 16 bytes, pipelined.
+    weight_gradient = Problem(m=64, n=50257, k=1600, transpose_a=True)
+    assert [cost.vector_bytes(weight_gradient, phased, operand) for operand in "ab"] == [16, 16]
+    assert cost.loads_in_flight(phased, weight_gradient, H200) == 2
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_model_picks_phases_for_decode_of_an_odd_vocabulary(m):
+    """The decode lm head of GPT-2 (50257 rows of 1600): the plain kernel's 2-byte loads are
+    not pipelined; the phases load 16 bytes and the plan takes them (no copy of the weight)."""
+    problem = Problem(m=m, n=50257, k=1600)
+    plan = model.plan_for_problem(problem, H200)
+    assert plan.config.k_phases == 8 and not plan.repacks, plan
+
+
+def test_phased_kernel_lowers_for_cuda():
+    """jax-triton's CUDA lowering compiles the phased kernel (both shifts, the sum) to PTX."""
+    config = phase_config(8, block_m=64, block_n=64, block_k=32, num_stages=3)
+    for layout in ("NN", "TN"):
+        a, b = stored_shapes(37, 53, 200, layout, jnp.bfloat16)
+        text = lower_for_cuda(lambda x, y, layout=layout: jtblas.matmul(
+            x, y, transpose_a=layout[0] == "T", config=config), a, b)
+        assert "triton" in text
