@@ -29,6 +29,7 @@ from jtblas.kernels.matmul_tma import (
 )
 from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import repack, resources
+from jtblas.precision import input_precision
 
 _INDEX_32_LIMIT = 2**31
 # Overrides the model's repacking decision while tracing (`repack_mode`): tests and experiments.
@@ -590,22 +591,6 @@ def _operand_dtype(a: Any, b: Any) -> np.dtype:
             f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
         )
     return jnp.dtype(a.dtype)
-
-
-def input_precision(precision: Any) -> str:
-    """Maps a JAX `precision` to `tl.dot`'s input_precision: HIGHEST → "ieee", else "tf32"."""
-    if isinstance(precision, (tuple, list)):
-        if len(precision) != 2:
-            raise ValueError(f"jtblas: precision must be one value or a pair, got {precision!r}")
-        choices = {input_precision(p) for p in precision}
-        return "ieee" if "ieee" in choices else "tf32"
-    if precision is None:
-        return "tf32"
-    try:
-        canonical = jax.lax.Precision(precision)
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"jtblas: unknown precision {precision!r}") from error
-    return "ieee" if canonical == jax.lax.Precision.HIGHEST else "tf32"
 
 
 def launch_hardware(operands: list[Any]) -> hardware.Hardware:
