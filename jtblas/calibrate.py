@@ -18,7 +18,7 @@ CUDA/cuBLAS start-up and Triton compiles) and is timed on the device (CUDA graph
 | per-SM load rate | the read kernel on 1, 2, 4, 8, ... SMs with 128 KB in flight each | `load_bytes_per_clock` (1) |
 | loaded latency | the read kernel on every SM, 8-128 KB in flight each (Little's law) | `memory_latency_seconds` (1) |
 
-(1) model constants (`jtblas.model.cost.Constants`): always recorded under `measured`, applied
+(1) model constants (`jtblas.constants.Constants`): always recorded under `measured`, applied
 (written under `constants`) only with `--fit-constants`, because the model's values were chosen
 against exhaustive GEMM timings and these microbenchmarks measure a related, not identical,
 quantity (docs/calibrate.md).
@@ -524,7 +524,7 @@ def _check_triton_compiles() -> None:
 
 def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(quantity, measured, built-in, measured ÷ built-in) for the profile's measured numbers."""
-    from jtblas.model.cost import DEFAULT_CONSTANTS
+    from jtblas.constants import DEFAULT_CONSTANTS
 
     base = hardware_lib.BUILTIN[profile["base"]]
     fields = profile["hardware"]

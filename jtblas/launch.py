@@ -114,10 +114,6 @@ def launch(
         results = list(results[:-1] if scratch_output else results)
         return tuple(results) if several else results[0]
     if platform == "cpu":
-        if _is_gluon(kernel):
-            raise NotImplementedError(
-                f"jtblas: {kernel.fn.__name__} is a Gluon kernel, which Triton's interpreter cannot run; "
-                "it runs on CUDA GPUs only")
         outs = _launch_interpreted(kernel, grid, args, list(out_shape) if several else [out_shape],
                                    dict(metaparams), zeroed_outputs)
         return tuple(outs) if several else outs[0]
@@ -229,7 +225,7 @@ def _call_target(global_scratch: tuple[int, int] | None) -> str:
 # scratch alignment.
 _SCRATCH_OUTPUT_ALIGN: dict[str, int] = {}  # kernel name -> scratch alignment (bytes)
 # id of jaxlib's compiled kernel -> scratch alignment; the kernels live as long as the process
-# (jax-triton's compiled-kernel cache and `_gluon_kernel`'s never evict), so an id is never reused.
+# (jax-triton's compiled-kernel cache never evicts), so an id is never reused.
 _SCRATCH_OUTPUT_KERNELS: dict[int, int] = {}
 
 
@@ -295,8 +291,8 @@ def _jax_triton() -> Any:
     jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which turns off Triton's on-disk
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
     "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
-    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), Gluon
-    kernels and those with a scratch output are compiled by `_jtblas_kernels`, and jax-triton's
+    allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), kernels
+    with a scratch output are compiled by `_jtblas_kernels`, and jax-triton's
     lowering gives calls to jaxlib's typed-FFI target its calling convention (`_JaxForJaxTriton`;
     `_call_target` chooses it).
     """
@@ -318,25 +314,11 @@ def _jax_triton() -> Any:
     return jax_triton
 
 
-def _is_gluon(kernel: Any) -> bool:
-    """Whether `kernel` is a `@gluon.jit` function (Triton's lower-level dialect)."""
-    try:
-        from triton.experimental.gluon._runtime import GluonJITFunction
-    except ImportError:
-        return False
-    return isinstance(kernel, GluonJITFunction)
-
-
 def _jtblas_kernels(get_or_create_triton_kernel: Any) -> Any:
-    """jax-triton's `get_or_create_triton_kernel`, extended to Gluon kernels and to kernels whose
-    global scratch is their last output (`_scratch_output`).
-
-    jax-triton 0.3.1 builds every kernel through Triton's `@triton.jit` front end, which cannot
-    read Gluon code. A Gluon kernel is compiled by `triton.compile` from its own source type
-    instead, with the signature and pointer alignment jax-triton would give it, and handed to
-    jaxlib with the compiled warp count (a warp-specialized kernel has more warps than
-    `num_warps`). A kernel with a scratch output is compiled without that argument, and the
-    buffer's parameter is given the scratch alignment (`_ScratchAwareKernelLibrary.TritonKernelCall`).
+    """jax-triton's `get_or_create_triton_kernel`, extended to kernels whose global scratch is
+    their last output (`_scratch_output`): such a kernel is compiled without that argument, and
+    the buffer's parameter is given the scratch alignment
+    (`_ScratchAwareKernelLibrary.TritonKernelCall`).
     """
 
     def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps, num_stages,
@@ -347,17 +329,10 @@ def _jtblas_kernels(get_or_create_triton_kernel: Any) -> Any:
             arg_dtypes = arg_dtypes[:-1]
         else:
             align = None
-        if platform == "cuda" and _is_gluon(fn):
-            # Compiled once per specialisation, not per value: scalars only specialise when equal to 1.
-            scalars = tuple(i for i, _, _ in scalar_args)
-            equal_to_1 = tuple(i for i, _, value in scalar_args if value == 1)
-            kernel, attrs = _gluon_kernel(fn, tuple(arg_dtypes), scalars, equal_to_1, num_warps, num_stages,
-                                          num_ctas, compute_capability, tuple(sorted(metaparams.items())))
-        else:
-            kernel, attrs = get_or_create_triton_kernel(
-                backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
-                num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
-                enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
+        kernel, attrs = get_or_create_triton_kernel(
+            backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
+            num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
+            enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
         if align is None:
             return kernel, attrs
         _SCRATCH_OUTPUT_KERNELS[id(kernel)] = align
@@ -365,33 +340,6 @@ def _jtblas_kernels(get_or_create_triton_kernel: Any) -> Any:
 
     get_or_create.jtblas_kernels = True
     return get_or_create
-
-
-@functools.cache
-def _gluon_kernel(fn, arg_dtypes, scalars, equal_to_1, num_warps, num_stages, num_ctas, compute_capability,
-                  metaparams):
-    import jax_triton.triton_lib as triton_lib
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    drop_blank_triton_cache_dir()  # triton.compile needs its cache directory
-    library = triton_lib.triton_kernel_call_lib
-    if compute_capability is None:
-        compute_capability = library.get_compute_capability(0)
-    signature = {fn.arg_names[i]: dtype for i, dtype in enumerate(arg_dtypes)}
-    constants = dict(metaparams)
-    constants.update({fn.arg_names[i]: 1 for i in equal_to_1})  # as jax-triton
-    signature.update({name: "constexpr" for name in constants})
-    # Arrays are 16-byte aligned (jax-triton assumes the same); scalars are not specialised.
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(arg_dtypes)) if i not in scalars}
-    compiled = triton.compile(GluonASTSource(fn, signature, constexprs=constants, attrs=attrs),
-                              target=GPUTarget("cuda", compute_capability, 32),
-                              options=dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas))
-    meta = compiled.metadata
-    kernel = library.TritonKernel(meta.name, meta.num_warps, num_ctas, meta.shared, compiled.asm["ptx"],
-                                  compiled.asm["ttgir"], compute_capability)
-    return kernel, attrs
 
 
 def _launch_interpreted(kernel, grid, args, out_shapes, metaparams, zeroed_outputs=()):

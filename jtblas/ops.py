@@ -20,16 +20,16 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch
-from jtblas.config import OPERAND_DTYPE_BYTES, VALID_NUM_WARPS, Config, Problem
+from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
     GLOBAL_SCRATCH_BYTES,
     matmul_tma_kernel,
-    matmul_tma_stream_k_kernel,
 )
 from jtblas.kernels.reduce import sum_splits_kernel
 from jtblas.model import repack, resources
+from jtblas.precision import input_precision
 
 _INDEX_32_LIMIT = 2**31
 # Overrides the model's repacking decision while tracing (`repack_mode`): tests and experiments.
@@ -418,128 +418,6 @@ def tma_launch_spec(
     )
 
 
-def _experimental_problem(caller: str, a: Any, b: Any, transpose_a: bool, transpose_b: bool
-                          ) -> tuple[Problem, hardware.Hardware]:
-    """The Problem of a product by one of the experimental kernels below (non-empty 2-D operands
-    whose offsets fit in 32 bits) and the hardware it launches on; ValueError otherwise."""
-    problem, _ = make_problem(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=None,
-                              preferred_element_type=None)
-    if a.ndim != 2 or problem is None:
-        raise ValueError(f"{caller}: needs non-empty 2-D operands, got {a.shape=}, {b.shape=}")
-    if max(*_stored_elements(problem), problem.m * problem.n) >= _INDEX_32_LIMIT:
-        raise ValueError(f"{caller}: {problem.short()} needs 64-bit offsets")
-    return problem, launch_hardware([a, b])
-
-
-def stream_k_tma(
-    a: jax.Array,
-    b: jax.Array,
-    config: Config,
-    *,
-    transpose_a: bool = False,
-    transpose_b: bool = False,
-    programs: int | None = None,
-    whole_tiles: int | None = None,
-) -> jax.Array:
-    """Experimental, not a model candidate (2026-11-30, BENCHMARKS.md at 705f18b): C = op(a) · op(b) for 2-D
-    bf16/fp16 operands by `matmul_tma_stream_k_kernel`, one launch of `programs` programs (default:
-    the SMs times the programs one SM holds). The first `whole_tiles` tiles (default: every full
-    wave of the grid) are computed whole; the K iterations of the rest are shared evenly, the
-    pieces summed in a fixed order (the same bits run after run). Raises ValueError where the
-    TMA kernel cannot run `config` or the counts are out of range."""
-    problem, hw = _experimental_problem("stream_k_tma", a, b, transpose_a, transpose_b)
-    check_config(config, problem, hw)
-    if not config.tma:
-        raise ValueError(f"stream_k_tma: {config.short()} is not a TMA config (tma=True)")
-    tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
-    if programs is None:
-        programs = _resident_programs(config, problem, hw)
-    if whole_tiles is None:
-        whole_tiles = tiles // programs * programs
-    if programs < 1 or not 0 <= whole_tiles <= tiles:
-        raise ValueError(f"stream_k_tma: programs={programs} must be >= 1 and whole_tiles={whole_tiles} "
-                         f"in [0, {tiles}] (the tiles of {problem.short()})")
-    shared_iterations = (tiles - whole_tiles) * math.ceil(problem.k / config.block_k)
-    if shared_iterations * programs >= _INDEX_32_LIMIT:  # the kernel splits them in int32
-        raise ValueError(f"stream_k_tma: {shared_iterations} shared K iterations x {programs} programs "
-                         "overflow 32 bits")
-    c, _, _ = launch.launch(
-        matmul_tma_stream_k_kernel,
-        grid=(programs,),
-        args=[a, b, problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, whole_tiles],
-        out_shape=[jax.ShapeDtypeStruct((problem.m, problem.n), problem.out_dtype),
-                   jax.ShapeDtypeStruct((programs, config.block_m, config.block_n), jnp.float32),  # partials
-                   jax.ShapeDtypeStruct((programs,), jnp.int32)],  # flags: a program's partial is stored
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        metaparams=dict(**_tile_metaparams(problem, config), TRANSPOSE_A=problem.transpose_a,
-                        TRANSPOSE_B=problem.transpose_b, STORE_HALVES=resources.store_halves(config)),
-        zeroed_outputs=(2,),
-        global_scratch=(GLOBAL_SCRATCH_BYTES, GLOBAL_SCRATCH_ALIGN),
-    )
-    return c
-
-
-def gluon_ws_spec(problem: Problem, config: Config, hw: hardware.Hardware) -> LaunchSpec:
-    """Grid (one program per SM), scalars and meta-parameters of the experimental warp-specialized
-    Gluon kernel (`jtblas/kernels/gluon_ws.py`) for `problem`'s 2-D operands; shared by
-    `gluon_ws_matmul` and the benchmark's torch launcher. `config` gives the tile (block_m = 16 x
-    num_warps, the consumer warps), block_k, group_m and the ring's depth (num_stages), and must be
-    a TMA config (the kernel moves A, B and C with TMA). Raises ValueError for what it cannot run."""
-    from jtblas.kernels import gluon_ws  # Triton's experimental Gluon dialect, imported only here
-
-    errors = resources.tma_errors(config, problem, hw)
-    if not config.tma:
-        errors.append(f"{config.short()} is not a TMA config (tma=True)")
-    if config.block_m != 16 * config.num_warps:
-        errors.append(f"block_m={config.block_m} must be 16 x num_warps={config.num_warps} (each consumer "
-                      "warp holds 16 rows of the wgmma tile)")
-    stage_bytes = (config.block_m + config.block_n) * config.block_k * problem.operand_bytes
-    shared = config.num_stages * stage_bytes + config.block_m * config.block_n * problem.out_bytes
-    if shared > hw.smem_per_block:
-        errors.append(f"shared memory {shared} bytes (num_stages={config.num_stages} x {stage_bytes} + the C "
-                      f"tile) is over the {hw.smem_per_block} bytes of a block")
-    if errors:
-        raise ValueError(f"gluon_ws_matmul: {config.short()} cannot run {problem.short()}: " + "; ".join(errors))
-    return LaunchSpec(
-        grid=(hw.sm_count,),
-        scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        metaparams=dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                        GROUP_M=config.group_m, STAGES=config.num_stages, TRANSPOSE_A=problem.transpose_a,
-                        TRANSPOSE_B=problem.transpose_b, PRODUCER_REGS=gluon_ws.PRODUCER_REGISTERS),
-    )
-
-
-def gluon_ws_matmul(
-    a: jax.Array,
-    b: jax.Array,
-    config: Config,
-    *,
-    transpose_a: bool = False,
-    transpose_b: bool = False,
-) -> jax.Array:
-    """Experimental, not a model candidate (2026-11-30, BENCHMARKS.md at 705f18b): C = op(a) · op(b) for 2-D
-    bf16/fp16 operands by the warp-specialized Gluon kernel on a CUDA GPU (`gluon_ws_spec` says
-    what `config` means). Raises ValueError for what it cannot run, NotImplementedError on the CPU
-    (Triton's interpreter cannot run Gluon)."""
-    from jtblas.kernels import gluon_ws
-
-    problem, hw = _experimental_problem("gluon_ws_matmul", a, b, transpose_a, transpose_b)
-    spec = gluon_ws_spec(problem, config, hw)
-    return launch.launch(
-        gluon_ws.ws_matmul_kernel,
-        grid=spec.grid,
-        args=[a, b, *spec.scalars],
-        out_shape=jax.ShapeDtypeStruct((problem.m, problem.n), problem.out_dtype),
-        num_warps=spec.num_warps,
-        num_stages=spec.num_stages,
-        metaparams=spec.metaparams,
-        global_scratch=(gluon_ws.GLOBAL_SCRATCH_BYTES, gluon_ws.GLOBAL_SCRATCH_ALIGN),
-    )
-
-
 def _resident_programs(config: Config, problem: Problem, hw: hardware.Hardware) -> int:
     """Programs of `config` the GPU holds at once (SMs x programs per SM): a persistent grid."""
     return hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
@@ -556,39 +434,6 @@ def _stored_elements(problem: Problem) -> tuple[int, int]:
     a_rows = problem.k if problem.transpose_a else problem.m
     b_rows = problem.n if problem.transpose_b else problem.k
     return a_rows * problem.a_row_stride, b_rows * problem.b_row_stride
-
-
-# The GEMV-style kernel handles up to this many rows (its FMAs grow with M; beyond, tensor cores).
-GEMV_MAX_M = 4
-
-
-def gemv_spec(m: int, n: int, k: int, *, block_k: int, block_n: int, split_k: int, num_warps: int,
-              operand_bytes: int = 2) -> LaunchSpec:
-    """Grid, scalars and meta-parameters of the experimental `gemv_kernel` (jtblas/kernels/gemv.py)
-    for x [m, k] @ W [k, n], both row-major and dense: its output is the fp32 partials
-    [split_k, m, n], summed by the caller. Launch with num_stages=1 (the kernel keeps one whole
-    tile per step in flight with plain loads). Raises ValueError for what it does not cover."""
-    if not 1 <= m <= GEMV_MAX_M:
-        raise ValueError(f"gemv_spec: m={m} outside 1..{GEMV_MAX_M}")
-    for name, value in (("block_k", block_k), ("block_n", block_n)):
-        if value < 1 or value & (value - 1):
-            raise ValueError(f"gemv_spec: {name}={value} is not a power of two")
-    if split_k < 1 or num_warps not in VALID_NUM_WARPS:
-        raise ValueError(f"gemv_spec: split_k={split_k} must be >= 1 and num_warps={num_warps} "
-                         f"one of {VALID_NUM_WARPS}")
-    if max(k * n, split_k * m * n) >= _INDEX_32_LIMIT:
-        raise ValueError(f"gemv_spec: {k}x{n} weight or {split_k}x{m}x{n} partials need 64-bit offsets")
-    limit = 16 // operand_bytes
-    values = dict(K=k, N=n, STRIDE_XM=k, STRIDE_WK=n)
-    units = {name: divisibility_unit(value, limit) for name, value in values.items()}
-    return LaunchSpec(
-        grid=(math.ceil(n / block_n), split_k),
-        scalars=tuple(value // units[name] for name, value in values.items()),
-        num_warps=num_warps,
-        num_stages=1,
-        metaparams=dict(M=m, M_PAD=1 << (m - 1).bit_length(), BLOCK_K=block_k, BLOCK_N=block_n, SPLIT_K=split_k,
-                        **{f"{name}_UNIT": unit for name, unit in units.items()}),
-    )
 
 
 def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic: bool = False,
@@ -757,22 +602,6 @@ def _operand_dtype(a: Any, b: Any) -> np.dtype:
             f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
         )
     return jnp.dtype(a.dtype)
-
-
-def input_precision(precision: Any) -> str:
-    """Maps a JAX `precision` to `tl.dot`'s input_precision: HIGHEST → "ieee", else "tf32"."""
-    if isinstance(precision, (tuple, list)):
-        if len(precision) != 2:
-            raise ValueError(f"jtblas: precision must be one value or a pair, got {precision!r}")
-        choices = {input_precision(p) for p in precision}
-        return "ieee" if "ieee" in choices else "tf32"
-    if precision is None:
-        return "tf32"
-    try:
-        canonical = jax.lax.Precision(precision)
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"jtblas: unknown precision {precision!r}") from error
-    return "ieee" if canonical == jax.lax.Precision.HIGHEST else "tf32"
 
 
 def launch_hardware(operands: list[Any]) -> hardware.Hardware:

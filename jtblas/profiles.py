@@ -10,7 +10,7 @@ small and a later fix to a built-in datasheet number still reaches every field i
       "date": "2026-12-01T10:00:00+00:00",
       "base": "h200",                     # the built-in description the fields override
       "hardware": {"dram_bytes_per_s": 4.31e12, "tensor_flops": {"bfloat16": 7.8e14}, ...},
-      "constants": {"load_bytes_per_clock": 61.0},   # optional: jtblas.model.cost.Constants
+      "constants": {"load_bytes_per_clock": 61.0},   # optional: jtblas.constants.Constants
       "measured": {...}                   # optional, free-form: the raw measurements
     }
 
@@ -35,7 +35,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jtblas.hardware import BUILTIN, Hardware
+from jtblas.constants import Constants
+from jtblas.gpus import BUILTIN, Hardware
 
 SCHEMA = 1
 
@@ -246,8 +247,6 @@ def to_hardware(profile: dict[str, Any], *, origin: str) -> Hardware:
     constants = profile.get("constants", {})
     if not isinstance(constants, dict):
         raise fail("constants", f"must be an object, got {type(constants).__name__}")
-    from jtblas.model.cost import Constants  # here, not at import: cost imports hardware
-
     known = {f.name for f in dataclasses.fields(Constants)}
     checked = {}
     for key, value in constants.items():

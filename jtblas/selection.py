@@ -2,7 +2,7 @@
 
 These turn user-facing arguments (dtypes as NumPy/JAX dtypes or strings, a JAX `precision`, a GPU
 name) into a `Problem` and a `Hardware`, then call `jtblas.model`. The model itself stays pure
-Python; JAX is touched only to read a dtype's name and to map `precision` (shared with `matmul`).
+Python; JAX is touched only to read a dtype's name and to map `precision` (`jtblas.precision`, shared with `matmul`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 from jtblas import hardware as hardware_lib
 from jtblas import model
 from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
+from jtblas.precision import input_precision
 
 # Short names accepted wherever a dtype is (the CLI's --dtype, and strings in Python).
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
@@ -42,8 +43,6 @@ def make_problem(
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
 ) -> Problem:
     """A `Problem` from user-facing arguments (see `select`)."""
-    from jtblas.ops import input_precision  # the one precision mapping, shared with matmul
-
     for name, value in (("M", m), ("N", n), ("K", k)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"jtblas: {name} must be a positive integer, got {value!r}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import jtblas
-from jtblas import calibrate, cli, hardware, launch, model, profiles
+from jtblas import calibrate, cli, constants, hardware, launch, model, profiles
 
 H200_FIELDS = dict(dram_bytes_per_s=4.1e12, l2_bytes_per_s=9.0e12, fp32_flops=50e12, launch_seconds=2.5e-6,
                    clock_hz=1.7e9, sm_count=132, tensor_flops={"bfloat16": 760e12, "float16": 765e12,
@@ -53,7 +53,7 @@ def test_round_trip_overrides_only_measured_fields(tmp_path):
     assert hw.l2_bytes == hardware.H200.l2_bytes and hw.name == "h200"
     assert str(path) in hw.source and "NVIDIA H200" in hw.source and "570.124.06" in hw.source
     assert hw.model_constants().load_bytes_per_clock == 48.0
-    assert hw.model_constants().memory_latency_seconds == model.cost.DEFAULT_CONSTANTS.memory_latency_seconds
+    assert hw.model_constants().memory_latency_seconds == constants.DEFAULT_CONSTANTS.memory_latency_seconds
     # Saved as plain JSON with the schema number; the loaded description is the same each time.
     assert json.loads(path.read_text())["schema"] == profiles.SCHEMA
     assert hardware.load_profile(path) == hw and hash(hardware.load_profile(path)) == hash(hw)
@@ -195,7 +195,7 @@ def test_profile_constants_reach_the_model(tmp_path):
     path = _write(tmp_path, _profile(constants={"memory_latency_seconds": 3e-6}))
     winner = jtblas.explain(16, 12288, 4096, hardware=str(path)).winner
     assert winner.memory_latency == 3e-6
-    default = model.cost.DEFAULT_CONSTANTS.memory_latency_seconds
+    default = constants.DEFAULT_CONSTANTS.memory_latency_seconds
     assert jtblas.explain(16, 12288, 4096, hardware="h200").winner.memory_latency == default
 
 

@@ -16,7 +16,7 @@ from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
 from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
-from tests.test_matmul import BACKENDS, check_config, check_product, on_backend
+from tests.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -273,44 +273,3 @@ def test_tma_products_in_a_jitted_loop_match_float64(backend, rng):
     out = jax.jit(loop)(a, b) / (rounds * sum(scales))
     assert relative_error(out, reference) < tolerance("bfloat16", "float32")
 
-
-# Stream-K hybrid (`matmul_tma_stream_k_kernel`, experimental): 136x200 C in 64x32 tiles is 3x7 =
-# 21 tiles, K 88 is 3 blocks of 32 (a tail); (programs, whole tiles) below cover shares inside one
-# tile, shares across tiles, tiles shared by every program, and programs with no share at all.
-STREAM_K_CASES = [(5, 15), (5, 0), (5, 20), (13, 0), (4, 21)]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
-@pytest.mark.parametrize("programs,whole_tiles", STREAM_K_CASES)
-def test_stream_k_tma_matches_float64(backend, transpose_a, transpose_b, programs, whole_tiles, rng):
-    def product(x, y):
-        return ops.stream_k_tma(x, y, TMA_CONFIGS[0], transpose_a=transpose_a, transpose_b=transpose_b,
-                                programs=programs, whole_tiles=whole_tiles)
-
-    out, a, b = check_product(product, backend, rng, 136, 200, 88, "float16", transpose_a, transpose_b)
-    assert (out == jax.jit(product)(a, b)).all()  # the pieces are added in a fixed order
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_stream_k_tma_halves_and_default_split(backend, rng):
-    """A 256-column tile (stored in halves) with the default grid and split: every full wave
-    computed whole, the rest shared (on the CPU every program of a resident grid)."""
-    a, b, reference = random_operands(rng, 72, 264, 40, "bfloat16", transpose_b=True)
-    a, b = on_backend(backend, a, b)
-    out = ops.stream_k_tma(a, b, TMA_CONFIGS[1], transpose_b=True, programs=3)
-    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
-
-
-def test_stream_k_tma_refuses_what_it_cannot_run():
-    a = jnp.ones((64, 64), jnp.bfloat16)
-    with pytest.raises(ValueError, match="not a TMA config"):
-        ops.stream_k_tma(a, a, dataclasses.replace(TMA_CONFIGS[0], tma=False))
-    with pytest.raises(ValueError, match=r"whole_tiles=3 in \[0, 2\]"):
-        ops.stream_k_tma(a, a, TMA_CONFIGS[0], programs=2, whole_tiles=3)
-    with pytest.raises(ValueError, match="2-D"):
-        ops.stream_k_tma(a[None], a, TMA_CONFIGS[0])
-    with pytest.raises(ValueError, match="overflow 32 bits"):
-        ops.stream_k_tma(a, a, TMA_CONFIGS[0], programs=2**30, whole_tiles=0)
-    with pytest.raises(ValueError, match="B row stride 36"):
-        ops.stream_k_tma(a[:, :24], jnp.ones((24, 36), jnp.bfloat16), TMA_CONFIGS[0])

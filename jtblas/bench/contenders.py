@@ -202,23 +202,6 @@ def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Cal
     return launch_split
 
 
-def gluon_ws_launch(torch, a, b, c, config: Config, *, transpose_a: bool, transpose_b: bool) -> None:
-    """C = op(a) · op(b) into `c` (torch tensors, bf16/fp16, row-major as stored) by the
-    experimental warp-specialized Gluon kernel, launched as `jtblas.ops.gluon_ws_matmul` launches
-    it (`jtblas.ops.gluon_ws_spec`) on the GPU in use."""
-    from jtblas import hardware
-    from jtblas.kernels.gluon_ws import ws_matmul_kernel
-    from jtblas.ops import gluon_ws_spec
-
-    use_torch_global_scratch(torch)
-    dtype = str(a.dtype).removeprefix("torch.")
-    m, n = c.shape
-    problem = Problem(m=m, n=n, k=a.shape[0] if transpose_a else a.shape[1], dtype=dtype, out_dtype=dtype,
-                      transpose_a=transpose_a, transpose_b=transpose_b)
-    spec = gluon_ws_spec(problem, config, hardware.detect())
-    ws_matmul_kernel[spec.grid](a, b, *spec.scalars, c, num_warps=spec.num_warps, **spec.metaparams)
-
-
 def use_torch_global_scratch(torch) -> None:
     """Lets Triton's own launcher allocate the global scratch of kernels that need it (the TMA
     kernel's device-side descriptors) from torch's caching allocator, on the current stream

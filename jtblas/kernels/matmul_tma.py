@@ -9,9 +9,6 @@ operand is a descriptor over its stored [K, M] or [N, K] rows, the loaded tile t
 view), zero-fills reads past the edges and clips the stores, so the kernel has no masks and no
 per-element addresses. Requirements (checked by the ops layer): 16-byte aligned base pointers and
 row strides, contiguous rows.
-
-`matmul_tma_stream_k_kernel` is an experimental Stream-K hybrid of the same loop (one product,
-the last partial wave's K iterations shared by all programs; not a model candidate).
 """
 
 import triton
@@ -141,94 +138,3 @@ def matmul_tma_kernel(
     whole_tiles(a_desc, b_desc, c_desc, tl.program_id(0), tiles, tl.num_programs(0), M, N, K,
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION, TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES)
 
-
-@triton.jit
-def share_range(program, DP_TILES, tiles, k_blocks, PROGRAMS):
-    """[first, end) of `program`'s even share of the K iterations of tiles DP_TILES.. (iteration
-    i is K block i % k_blocks of tile i // k_blocks)."""
-    total = (tiles - DP_TILES) * k_blocks
-    first = DP_TILES * k_blocks + (program * total) // PROGRAMS
-    end = DP_TILES * k_blocks + ((program + 1) * total) // PROGRAMS
-    return first, end
-
-
-@triton.jit(do_not_specialize=["M", "N", "K", "lda", "ldb", "DP_TILES"])
-def matmul_tma_stream_k_kernel(
-    a_ptr,
-    b_ptr,
-    M,
-    N,
-    K,
-    lda,
-    ldb,
-    DP_TILES,
-    c_ptr,
-    partials_ptr,
-    flags_ptr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
-    TRANSPOSE_A: tl.constexpr,
-    TRANSPOSE_B: tl.constexpr,
-    STORE_HALVES: tl.constexpr,
-):
-    """Experimental (not a model candidate; measured in 2026-11-30, BENCHMARKS.md at 705f18b): the Stream-K
-    hybrid of `matmul_tma_kernel` (Osama et al., PPoPP 2023, "DP + Stream-K") for
-    one product (operands as there): program p of a grid (P,) computes tiles p, p + P, ... below
-    DP_TILES whole, then takes its even share (`share_range`) of the K iterations of the other
-    tiles, so that no SM idles through a last, partly filled wave.
-
-    A share covers the end of one tile, whole tiles, and the start of another. It walks them
-    backwards. A piece that ends before its tile's last K block is a partial: stored (fp32) into
-    partials_ptr[p] (a [P, BLOCK_M, BLOCK_N] workspace) and flagged in flags_ptr[p] (int32,
-    zeroed by the launcher). The program with a tile's last K block owns it: it waits for the
-    flags of the lower programs that hold the tile's other pieces, adds their partials in
-    program order (the same bits run after run) and stores the tile. An owner only waits for
-    lower programs, whose pieces of its tile are the first they compute, so a grid that runs
-    programs in order never deadlocks (Triton's interpreter runs them one after the other).
-    """
-    program = tl.program_id(0)
-    PROGRAMS = tl.num_programs(0)
-    a_desc, b_desc, c_desc = gemm_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, BLOCK_M, BLOCK_N, BLOCK_K,
-                                              TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES)
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    whole_tiles(a_desc, b_desc, c_desc, program, DP_TILES, PROGRAMS, M, N, K,
-                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION, TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES)
-
-    k_blocks = tl.cdiv(K, BLOCK_K)
-    first, end = share_range(program, DP_TILES, tiles, k_blocks, PROGRAMS)
-    rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    tile_offsets = rows[:, None] * BLOCK_N + cols[None, :]
-    iteration = end
-    while iteration > first:
-        tile = (iteration - 1) // k_blocks
-        tile_first = tile * k_blocks
-        k_first = tl.maximum(first, tile_first) - tile_first
-        k_last = iteration - tile_first
-        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in range(k_first, k_last):
-            a = load_block(a_desc, pid_m * BLOCK_M, kb * BLOCK_K, TRANSPOSE_A)
-            b = load_block(b_desc, kb * BLOCK_K, pid_n * BLOCK_N, TRANSPOSE_B)
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        if k_last < k_blocks:
-            tl.store(partials_ptr + program * BLOCK_M * BLOCK_N + tile_offsets, acc)
-            tl.debug_barrier()  # every thread's part of the partial is written before the flag
-            tl.atomic_xchg(flags_ptr + program, 1, sem="release", scope="gpu")
-        else:
-            # Lower programs q whose shares reach into this tile hold its earlier K blocks.
-            q = program - 1
-            q_first, q_end = share_range(q, DP_TILES, tiles, k_blocks, PROGRAMS)
-            while (k_first > 0) & (q_end > tile_first):  # (k_first 0: this program's piece starts the tile)
-                if q_end > q_first:  # a program may have an empty share (fewer iterations than programs)
-                    while tl.atomic_add(flags_ptr + q, 0, sem="acquire", scope="gpu") == 0:
-                        pass
-                    tl.debug_barrier()
-                    acc += tl.load(partials_ptr + q * BLOCK_M * BLOCK_N + tile_offsets, cache_modifier=".cg")
-                q -= 1
-                q_first, q_end = share_range(q, DP_TILES, tiles, k_blocks, PROGRAMS)
-            store_tile(c_desc, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_N, STORE_HALVES)
-        iteration = tile_first + k_first

@@ -8,8 +8,9 @@ nor Triton and queries no device, so it runs and is tested on any machine with a
 description.
 """
 
+from jtblas.constants import Constants
 from jtblas.model.candidates import candidates_for_problem, rejection_reasons
-from jtblas.model.cost import Constants, Estimate, estimate
+from jtblas.model.cost import Estimate, estimate
 from jtblas.model.explain import Explanation, explain_problem
 from jtblas.model.repack import Plan, clear_cache, plan_for_problem
 from jtblas.model.select import select_for_problem

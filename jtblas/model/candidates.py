@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from jtblas.config import Config, Problem
-from jtblas.hardware import Hardware
+from jtblas.gpus import Hardware
 from jtblas.model import resources
 
 # Tile sizes, block_k and pipeline depths searched. 16 is tl.dot's smallest dimension; 256 is
@@ -57,7 +57,7 @@ MAX_BLOCK_M_FOR_2_WARPS = 16
 MIN_STAGES_WGMMA = 3
 # On wgmma GPUs, mma.sync tiles (block_m < 64) are searched only for M < 128: from 128 rows on,
 # 64-row tiles waste at most a third of their rows to padding (M = 129 → 192 rows), and wgmma
-# runs ~1.5x faster than mma.sync (cost.Constants.mma_sync_fraction_on_wgmma_gpu).
+# runs ~1.5x faster than mma.sync (Constants.mma_sync_fraction_on_wgmma_gpu, jtblas/constants.py).
 MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
 
 # Split-K (the K loop of each tile shared by split_k programs, fp32 partials summed by a second

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from jtblas.config import Config, Problem
-from jtblas.hardware import Hardware
+from jtblas.gpus import Hardware
 from jtblas.model import cost, repack
 from jtblas.model.select import microseconds as _us
 from jtblas.model.select import rank

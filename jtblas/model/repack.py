@@ -36,7 +36,7 @@ import dataclasses
 import functools
 
 from jtblas.config import Config, Problem
-from jtblas.hardware import Hardware
+from jtblas.gpus import Hardware
 from jtblas.model import cost
 from jtblas.model.select import CACHE_SIZE, rank, select_for_problem
 from jtblas.model.select import microseconds as _us

@@ -7,7 +7,7 @@ Pure Python; shared by the ops layer (to reject a forced config that cannot run)
 from __future__ import annotations
 
 from jtblas.config import Config, Problem
-from jtblas.hardware import Hardware
+from jtblas.gpus import Hardware
 
 # Registers per thread that are not accumulators: addresses, loop counters, masks, the
 # operand fragments of one mma step. ~64 is what ptxas reports for a 128x128x64 bf16 kernel beyond

@@ -8,7 +8,7 @@ most slack (the smaller sum of its SM-side and memory-side times, so the bound t
 binding is furthest away), the larger tile (higher arithmetic intensity), the larger block_k,
 the fewer stages (less shared memory for the same time), the fewer warps, the larger group, the
 smaller split_k (less partial traffic), the pointer kernel over the TMA kernel (which the model
-predicts apart: the TMA twin's set-up per launch and shorter K step, `cost.Constants`), and
+predicts apart: the TMA twin's set-up per launch and shorter K step, `jtblas.constants.Constants`), and
 finally the candidate order; so the answer is deterministic.
 
 Pure Python: no JAX, no Triton.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 
 from jtblas.config import Config, Problem
-from jtblas.hardware import Hardware
+from jtblas.gpus import Hardware
 from jtblas.model import cost
 from jtblas.model.candidates import candidates_for_problem
 
