@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jtblas import sharding
+
 _override = threading.local()
 
 
@@ -111,11 +113,13 @@ def launch(
             custom_call_target_name=target,
             **metaparams,
         )
-        results = list(results[:-1] if scratch_output else results)
+        # jax-triton's results carry no manual axes (vma): they vary as the operands do.
+        results = sharding.vary_like(results[:-1] if scratch_output else results, arrays)
         return tuple(results) if several else results[0]
     if platform == "cpu":
         outs = _launch_interpreted(kernel, grid, args, list(out_shape) if several else [out_shape],
                                    dict(metaparams), zeroed_outputs)
+        outs = sharding.vary_like(outs, arrays)  # as a callback's results, they carry no manual axes
         return tuple(outs) if several else outs[0]
     raise NotImplementedError(f"jtblas has no kernel backend for platform {platform!r}")
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from jtblas import hardware, launch
+from jtblas import hardware, launch, sharding
 from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.matmul_tma import (
@@ -121,8 +121,12 @@ def matmul(
     if _forward_mode(a, b):
         raise TypeError(_NO_FORWARD_MODE)
     a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)  # free: dense row-major
+    # Under shard_map: both operands typed as varying over the union of their manual axes, the
+    # custom_vjp traced inside jit (jtblas/sharding.py says why).
+    a2, b = sharding.match_varying(a2, b)
+    gemm = _gemm_in_jit if sharding.in_shard_map() else _gemm
     try:
-        out = _gemm(a2, b, static)
+        out = gemm(a2, b, static)
     except TypeError as error:  # custom_vjp's own message, in cases _forward_mode cannot see
         if "forward-mode" in str(error):
             raise TypeError(_NO_FORWARD_MODE) from error
@@ -207,6 +211,7 @@ def _gemm_bwd(static: _Static, residuals: tuple[Any, Any], g: Any) -> tuple[Any,
 
 
 _gemm.defvjp(_gemm_fwd, _gemm_bwd, symbolic_zeros=True)
+_gemm_in_jit = jax.jit(_gemm, static_argnums=2)
 
 
 @functools.cache

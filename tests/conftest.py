@@ -1,10 +1,18 @@
 """Shared test fixtures: the `gpu` mark is skipped where JAX sees no CUDA device."""
 
 import functools
+import os
 
-import jax
-import numpy as np
-import pytest
+# Four CPU devices for the sharding tests (tests/test_sharding.py): XLA reads the flag when JAX
+# first creates its CPU backend, which no test module does at import. Tests that do not shard
+# place their arrays on the first device, as with one.
+_FORCED_DEVICES = "--xla_force_host_platform_device_count"
+if _FORCED_DEVICES not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FORCED_DEVICES}=4".strip()
+
+import jax  # noqa: E402 (after the flag above)
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 @functools.cache
