@@ -212,10 +212,10 @@ def matmul_kernel(
     A (B) tiles start at that boundary instead, so the tile's rows (columns) are C's shifted by
     the shift, and the store shifts them back (`store_tile`). VECTOR: operand elements per 16
     bytes. TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
-    where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the previous row's, or for the
-    first row, none: its shift is 0) and after it, inside the 16-byte block that holds the row's
-    last element; so they never leave the pages the operand is in, and what lies outside the
-    row lands only in rows (columns) of the tile that are never stored.
+    where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the
+    previous row's, or for the first row, none: its shift is 0) and after it, inside the 16-byte
+    block that holds the row's last element; so they never leave the pages the operand is in,
+    and what lies outside the row lands only in rows (columns) of the tile that are never stored.
     M_UNIT, ..., STRIDE_CB_UNIT: each size and stride arrives divided by a power of two (≤ 16 bytes)
     that divides it, and is multiplied back here. The product tells the compiler the divisibility
     that Triton's own launcher would have specialised on but jax-triton does not pass (nor does

@@ -177,7 +177,8 @@ def program_k_steps(config: Config, problem: Problem) -> int:
     """K blocks one program reduces: all of K's, with split-K a slice of ⌈blocks / split_k⌉, with
     K phases those of its ⌈K / k_phases⌉ rows."""
     if config.k_phases > 1:
-        return -(-(-(-problem.k // config.k_phases)) // config.block_k)
+        phase_rows = -(-problem.k // config.k_phases)
+        return -(-phase_rows // config.block_k)
     k_blocks = -(-problem.k // config.block_k)
     return -(-k_blocks // config.split_k)
 
