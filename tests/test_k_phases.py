@@ -193,3 +193,13 @@ def test_phased_kernel_lowers_for_cuda():
         text = lower_for_cuda(lambda x, y, layout=layout: jtblas.matmul(
             x, y, transpose_a=layout[0] == "T", config=config), a, b)
         assert "triton" in text
+
+
+def test_repacking_is_weighed_against_phases():
+    """Phases write k_phases fp32 partials at shifted (element-wide) stores: at a training
+    token count the weight gradient of an odd vocabulary (dy's rows misaligned) pays a padded copy
+    of dy instead, while the decode product keeps its phases (tested above)."""
+    plan = model.plan_for_problem(Problem(m=768, n=50257, k=8192, transpose_a=True), H200)
+    assert plan.repacks and plan.config.k_phases == 1, plan
+    assert plan.plain_config.k_phases == 8
+    assert "narrow" in plan.reason

@@ -164,19 +164,20 @@ def test_aligned_candidates_unchanged():
     """The benchmark caches exhaustive searches by a hash of candidates() and reuses earlier first
     passes by `Config.short()`: 4096³ keeps its 191 pointer-kernel configs (names as before) and
     gains the TMA kernel's twins of its wgmma ones (and no swapped tile: all are wgmma already; the
-    hash moved with `Config`'s repr when it gained swap_ab)."""
+    hash moved with `Config`'s repr when it gained swap_ab, and k_phases)."""
     from jtblas.bench.oracle import candidates_hash
 
     space = jtblas.candidates(4096, 4096, 4096, dtype="bf16", hardware="h200")
     plain = [c for c in space if not c.tma]
     twins = [c for c in space if c.tma]
-    assert len(plain) == 191 and len(twins) == 184 and candidates_hash(space) == "93e856125e88"
+    assert len(plain) == 191 and len(twins) == 184 and candidates_hash(space) == "229c8562ca65"
     assert {dataclasses.replace(c, tma=False) for c in twins} <= set(plain)
     assert all(" tma" not in c.short() for c in plain) and all(c.short().endswith(" tma") for c in twins)
     assert [f.name for f in dataclasses.fields(jtblas.Config)] == [
-        "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "swap_ab", "tma"]
+        "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k", "swap_ab", "tma",
+        "k_phases"]
     assert repr(jtblas.Config()) == ("Config(block_m=128, block_n=128, block_k=64, group_m=8, "
-                                     "num_warps=8, num_stages=3, split_k=1, swap_ab=False, tma=False)")
+                                     "num_warps=8, num_stages=3, split_k=1, swap_ab=False, tma=False, k_phases=1)")
 
 
 def test_copy_cost_and_padded_sizes():

@@ -377,7 +377,12 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     fill = latency + (a_loaded + b_step) / load_port
     stored_bytes = PARTIAL_BYTES if split > 1 else problem.out_bytes  # split-K stores fp32 partials
     c_tile = bm * bn * stored_bytes
-    epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile / load_port
+    # A tile whose columns K phases shift stores its partials at columns shifted by any amount:
+    # an element per store, full / 4 times the store-port time of 16-byte stores. (On the H200,
+    # 2026-12-02: 768x50257x8192 TN in 8 phases, 1.2 GB of shifted partials, ran 1830 µs against
+    # 1393 predicted without this term; its repacked plan had run 930 µs on 2026-12-01.)
+    store_width = stored_bytes if shift_b else full
+    epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
     tile_throughput = k_steps * step + epilogue
     loop_latency = max(k_steps * step_chain, (k_steps - 1) * step_latency)
     tile_latency = fill + loop_latency + epilogue

@@ -37,7 +37,7 @@ import functools
 
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
-from jtblas.model import cost
+from jtblas.model import cost, resources
 from jtblas.model.select import CACHE_SIZE, rank, select_for_problem
 from jtblas.model.select import microseconds as _us
 
@@ -110,10 +110,14 @@ def stored_shape(problem: Problem, operand: str) -> tuple[int, int]:
 
 
 def misaligned(problem: Problem, config: Config, hardware: Hardware) -> tuple[bool, bool]:
-    """Whether `config` loads A (B) with vectors narrower than full width (`cost.vector_bytes`)."""
+    """Whether `config` loads A (B) with vectors narrower than full width (`cost.vector_bytes`), or
+    has K phases shift it to load it at full width (its rows are misaligned as stored: a padded
+    copy runs without the phases' partials)."""
     constants = hardware.model_constants()
     full = constants.full_vector_bytes
-    return tuple(cost.vector_bytes(problem, config, operand, constants) < full for operand in ("a", "b"))
+    shifted = resources.shifted_operands(problem, config)
+    return tuple(cost.vector_bytes(problem, config, operand, constants) < full or shift
+                 for operand, shift in zip(("a", "b"), shifted))
 
 
 def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool,
