@@ -193,7 +193,7 @@ def matmul_kernel(
     With ATOMIC_SPLIT, C is instead a zeroed fp32 [batch, M, N] buffer into which every split adds
     its partial with fp32 atomics (one launch; the order of the adds, hence the bits, may vary).
 
-    EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no mask.
+    EVEN_K: K is a multiple of BLOCK_K (of BLOCK_K·K_PHASES with phases), so the K loop needs no mask.
     INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
     K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
     SWAP_AB: the tile is computed as Cᵀ = Bᵀ·Aᵀ (`reduce_k_blocks`); loads and stores are unchanged.
