@@ -593,7 +593,7 @@ def test_bench_smoke_through_jax_and_torch_on_tiny_shapes(tmp_path):
     torch_data = json.loads((out / "torch" / "results.json").read_text())
     for record in torch_data["shapes"]:
         for name in ("jtblas", "oracle", "cublas", "tutorial"):
-            assert record["contenders"][name].get("seconds", 0) > 0, (record["name"], name)
+            assert record["contenders"][name].get("seconds", 0) > 0, (record["name"], name, record["contenders"][name])
     assert "Torch launches" in (out / "report.md").read_text()
     for png in ("vs_xla_by_family.png", "tflops_vs_size.png"):
         assert (out / png).stat().st_size > 0
