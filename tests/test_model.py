@@ -133,12 +133,13 @@ def test_candidates_match_the_rules():
         hw = hardware.BUILTIN[str(rng.choice(HARDWARE))] if index < 3 else hardware.BUILTIN[HARDWARE[index % 3]]
         everything = [
             Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
-                   swap_ab=swap, tma=tma)
+                   swap_ab=swap, tma=tma, k_phases=phases)
             for bm in candidates.BLOCK_SIZES for bn in candidates.BLOCK_SIZES
             for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
             for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
             for sk in (1, *candidates.SPLIT_K_FACTORS) for swap in (False, True) for tma in (False, True)
-            if not (tma and (sk > 1 or swap))
+            for phases in sorted({1, resources.needed_k_phases(problem)})
+            if not (tma and (sk > 1 or swap)) and not (phases > 1 and (sk > 1 or tma))
         ]
         kept = [c for c in everything if not model.rejection_reasons(c, problem, hw)]
         assert sorted(kept, key=candidates._order) == model.candidates_for_problem(problem, hw)
