@@ -344,6 +344,9 @@ def test_slope_loop_keeps_every_dot_inside_and_runs_the_chained_products():
     as_, bs = jax_loop.operands(shape, 3)
     unroll = jax_loop.loop_unroll(3)
     assert unroll == 6 and jax_loop.loop_unroll(16) == 1 and jax_loop.loop_unroll(1) == jax_loop.LOOP_UNROLL
+    # products of milliseconds are not unrolled: one 5 ms product already is a 2.5 ms body
+    assert jax_loop.loop_unroll(1, 5e-3) == 1 and jax_loop.loop_unroll(2, 0.5e-3) == 3
+    assert jax_loop.loop_unroll(1, 1e-6) == jax_loop.LOOP_UNROLL and jax_loop.loop_unroll(3, 1e-6) == 6
     f = jax.jit(jax_loop.loop_function(jax_loop.xla_dot(shape), unroll))
     for trips in (1, 2):  # one compiled program, a traced trip count
         out = f(as_, bs, jnp.int32(trips))

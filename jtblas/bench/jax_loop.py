@@ -21,12 +21,16 @@ from jtblas.bench.timing import measure_slope
 # Operand sets rotate so that the bytes touched per cycle exceed the L2 this many times over.
 L2_ROTATION_FACTOR = 2.5
 MAX_OPERAND_SETS = 16
-# Products per loop body (unrolled iterations × operand sets). On the H200 one iteration of XLA's
-# while loop costs 16-25 µs of its own (a device-to-host check of the loop condition, measured
-# 2026-11-30), which the slope charges to every product; with 16 products per body it is paid once
-# per 16. A body of 16 iterations × 16 operand sets took XLA up to 11.6 s to compile; the unroll
-# shrinks as the sets grow instead.
+# Products per loop body (unrolled iterations × operand sets), at most. On the H200 one iteration
+# of XLA's while loop costs 16-25 µs of its own (a device-to-host check of the loop condition,
+# measured 2026-11-30), which the slope charges to every product; with 16 products per body it is
+# paid once per 16. A body of 16 iterations × 16 operand sets took XLA up to 11.6 s to compile; the
+# unroll shrinks as the sets grow instead.
 LOOP_UNROLL = 16
+# A body this long (seconds) already makes that per-iteration cost ≤ 1% of it (25 µs / 2.5 ms):
+# products of milliseconds need no unrolling, and a short loop keeps their timing short (on
+# 2026-12-02 the 90 products over 1 ms took 70% of the corpus's timing at 16 per body).
+BODY_TARGET_S = 2.5e-3
 
 
 def operand_sets(set_bytes: int, l2_bytes: int, *, limit: int = MAX_OPERAND_SETS) -> int:
@@ -36,9 +40,13 @@ def operand_sets(set_bytes: int, l2_bytes: int, *, limit: int = MAX_OPERAND_SETS
     return int(max(1, min(limit, math.ceil(L2_ROTATION_FACTOR * l2_bytes / set_bytes))))
 
 
-def loop_unroll(sets: int) -> int:
-    """Iterations unrolled into one loop body: enough for LOOP_UNROLL products."""
-    return max(1, -(-LOOP_UNROLL // sets))
+def loop_unroll(sets: int, estimate_s: float = 0.0) -> int:
+    """Iterations unrolled into one loop body: enough for LOOP_UNROLL products, or fewer where
+    `sets` products of `estimate_s` seconds each already last BODY_TARGET_S."""
+    most = max(1, -(-LOOP_UNROLL // sets))
+    if estimate_s <= 0:
+        return most
+    return int(min(most, max(1, math.ceil(BODY_TARGET_S / (sets * estimate_s)))))
 
 
 def xla_dot(shape) -> Callable:
@@ -129,7 +137,7 @@ class SlopeTimer:
         import jax.numpy as jnp
 
         self.sets = len(as_)
-        self.unroll = loop_unroll(self.sets)
+        self.unroll = loop_unroll(self.sets, estimate_s)
         per_trip = max(estimate_s, 1e-7) * self.sets * self.unroll
         self.trips = int(min(256, max(1, math.ceil(target_s / per_trip))))
         self.products = self.trips * self.unroll * self.sets
