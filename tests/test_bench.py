@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -708,3 +708,11 @@ def test_max_m_keeps_the_decode_rows():
         cli.rows_up_to_max_m(rows, cli.build_parser().parse_args(["--max-m", "0"]))
 
 
+
+
+def test_results_name_the_source_commit():
+    """A checkout's run records which commit it measured (CI runs in a fresh clone)."""
+    from jtblas.bench.through_jax import source_commit
+
+    commit = source_commit()
+    assert commit is not None and re.fullmatch(r"[0-9a-f]{4,40}(\+dirty)?", commit), commit

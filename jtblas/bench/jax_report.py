@@ -135,7 +135,8 @@ def markdown(results: dict, model_steps: dict | None = None, torch_results: dict
     meta = results.get("meta", {})
     versions = ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items() if v)
     out = [f"# jtblas bench — {meta.get('date', '?')}, {meta.get('device', '?')}", "",
-           f"Versions: {versions}.", "", f"Method: {meta.get('method', '?')}.", "",
+           f"Versions: {versions}; jtblas source: commit {meta.get('source_commit') or 'unknown'}.", "",
+           f"Method: {meta.get('method', '?')}.", "",
            f"{s['products']} distinct products ({s['rows']} shape rows). {summary_text(results)}.", ""]
     if meta.get("stopped"):
         out += [f"**Stopped early**: {meta['stopped']}.", ""]

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -173,6 +174,20 @@ def versions() -> dict:
     return out
 
 
+def source_commit() -> str | None:
+    """The git commit of the jtblas source that runs (with "+dirty" for uncommitted changes), or
+    None outside a git checkout: an installed wheel's version does not name the code measured."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                "jtblas"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
 def meta(rounds: int, trials: int) -> dict:
     """Where and how: date, device, versions, the method in words."""
     import jax
@@ -181,7 +196,7 @@ def meta(rounds: int, trials: int) -> dict:
     return dict(
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), device=device.device_kind,
         platform=device.platform, host=platform.node(), python=platform.python_version(), versions=versions(),
-        argv=sys.argv, rounds=rounds, trials=trials,
+        source_commit=source_commit(), argv=sys.argv, rounds=rounds, trials=trials,
         method=("jtblas.matmul (config=None: the model's whole plan, through jax-triton) and "
                 "lax.dot_general (XLA, autotuned as it compiles) in the same jitted fori_loop: slope "
                 "(t(2R)-t(R))/R with a traced trip count (one compile each, the two compiled at once), "
