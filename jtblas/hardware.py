@@ -18,12 +18,11 @@ from jtblas import launch, profiles
 from jtblas.gpus import A100, BUILTIN, DEFAULT, H100, H200, Hardware
 
 ENV_VAR = "JTBLAS_GPU"
+PROFILE_ENV_VAR = "JTBLAS_PROFILE"
 
 
 class HardwareChoiceError(ValueError):
     """A GPU description asked for by a name that names none (the message says where it came from)."""
-
-PROFILE_ENV_VAR = "JTBLAS_PROFILE"
 
 
 def get(name_or_hardware: str | os.PathLike | Hardware | None = None) -> Hardware:
@@ -41,9 +40,9 @@ def get(name_or_hardware: str | os.PathLike | Hardware | None = None) -> Hardwar
                         f"got {type(name_or_hardware).__name__}")
     key = name_or_hardware.strip().lower()
     if key not in BUILTIN:
-        raise HardwareChoiceError(f"hardware={name_or_hardware!r} names no GPU description: give a built-in name "
-                         f"{sorted(BUILTIN)}, a calibrated profile's path (ending in .json), a "
-                         "jtblas.hardware.Hardware, or None to detect the GPU")
+        raise HardwareChoiceError(
+            f"hardware={name_or_hardware!r} names no GPU description: give a built-in name {sorted(BUILTIN)}, "
+            "a calibrated profile's path (ending in .json), a jtblas.hardware.Hardware, or None to detect the GPU")
     return BUILTIN[key]
 
 

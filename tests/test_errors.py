@@ -239,3 +239,15 @@ def test_explain_columns_are_defined_in_help_and_docs(capsys):
     for name, text in COLUMNS.items():
         assert f"  {name} " in out and text.split(":")[0][:30] in " ".join(out.split())
         assert f"| `{name}` |" in docs, f"docs/model.md does not define explain's column {name!r}"
+
+
+def test_cli_bench_with_a_bad_environment_variable_is_one_line(capsys, monkeypatch, tmp_path):
+    from jtblas.bench import cli as bench_cli
+
+    monkeypatch.setattr(bench_cli, "gpu_problem", lambda: "JAX sees no GPU")
+    monkeypatch.delenv("JTBLAS_PROFILE", raising=False)
+    monkeypatch.setenv("JTBLAS_GPU", "garbage")
+    status, _, err = _cli(["bench", "--shapes", "deepk", "--max-shapes", "1", "--out", str(tmp_path)], capsys)
+    assert status == 2
+    assert err.strip().splitlines()[-1].startswith("jtblas bench: error: JTBLAS_GPU='garbage'")
+    assert "Traceback" not in err
