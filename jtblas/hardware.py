@@ -92,7 +92,7 @@ def detect() -> Hardware:
     """
     path = os.environ.get(PROFILE_ENV_VAR)
     if path:
-        hardware = profiles.load_or_none(path)
+        hardware = profiles.load_or_none(path, source=f"the {PROFILE_ENV_VAR} environment variable")
         if hardware is not None:
             return hardware
     override = os.environ.get(ENV_VAR)

@@ -186,20 +186,24 @@ def load(path: str | os.PathLike) -> Hardware:
 
 
 def load_or_none(path: str | os.PathLike, *, device: str | None = None,
-                 driver: str | None = None) -> Hardware | None:
+                 driver: str | None = None, source: str | None = None) -> Hardware | None:
     """`load`, but a damaged profile (or one for another device or driver, when given) warns and
-    returns None, so the caller falls back to the built-in description. Cached per file version."""
+    returns None, so the caller falls back to the built-in description. Cached per file version.
+    `source` says where the path came from in the warning (e.g. "the JTBLAS_PROFILE environment
+    variable")."""
+    named = f" (named by {source})" if source else ""
     try:
         stat = os.stat(path)
     except OSError as error:
-        warnings.warn(f"jtblas: hardware profile {str(path)!r} cannot be read ({error}); "
+        warnings.warn(f"jtblas: hardware profile {str(path)!r}{named} cannot be read ({error}); "
                       "using the built-in description", stacklevel=3)
         return None
-    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size, device, driver)
+    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size, device, driver, named)
 
 
 @functools.lru_cache(maxsize=64)
-def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver: str | None) -> Hardware | None:
+def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver: str | None,
+                 named: str = "") -> Hardware | None:
     del mtime_ns, size  # cache keys only: an edited file is read again
     try:
         profile = read(path)
@@ -211,7 +215,7 @@ def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver
                                f"not {driver!r}")
         return hardware
     except ProfileError as error:
-        warnings.warn(f"jtblas: ignoring {error}; using the built-in description", stacklevel=4)
+        warnings.warn(f"jtblas: ignoring {error}{named}; using the built-in description", stacklevel=4)
         return None
 
 

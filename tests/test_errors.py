@@ -251,3 +251,15 @@ def test_cli_bench_with_a_bad_environment_variable_is_one_line(capsys, monkeypat
     assert status == 2
     assert err.strip().splitlines()[-1].startswith("jtblas bench: error: JTBLAS_GPU='garbage'")
     assert "Traceback" not in err
+
+
+def test_bad_profile_environment_variable_warns_naming_it(monkeypatch, tmp_path):
+    from jtblas import hardware
+
+    monkeypatch.delenv(hardware.ENV_VAR, raising=False)
+    path = _profile_file(tmp_path, regs_per_sm=1)
+    monkeypatch.setenv(hardware.PROFILE_ENV_VAR, str(path))
+    with pytest.warns(UserWarning) as record:
+        assert hardware.detect() is hardware.DEFAULT  # falls back to the built-in description
+    message = " ".join(str(w.message) for w in record)
+    assert str(path) in message and "JTBLAS_PROFILE" in message and "hardware.regs_per_sm" in message
