@@ -27,13 +27,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors (no usage block): `jtblas explain: error: ...`."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from jtblas.hardware import BUILTIN
+    from jtblas.model.explain import legend
 
-    parser = argparse.ArgumentParser(prog=PROGRAM, description="jtblas: analytical GEMM selection for JAX")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog=PROGRAM, description="jtblas: analytical GEMM selection for JAX")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    explain = commands.add_parser("explain", help="rank the candidate configs of one GEMM and say why")
+    explain = commands.add_parser(
+        "explain", help="rank the candidate configs of one GEMM and say why",
+        description="Ranks the candidate configs of one GEMM (C[M, N] = A[M, K] B[K, N]) by the model's "
+                    "predicted time, with each prediction's terms, then says why the winner won.",
+        epilog="columns of the table (times in µs unless ns):\n" + legend(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     explain.add_argument("m", type=_positive_int, metavar="M")
     explain.add_argument("n", type=_positive_int, metavar="N")
     explain.add_argument("k", type=_positive_int, metavar="K")
@@ -69,29 +82,48 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
+    from jtblas.hardware import HardwareChoiceError
+    from jtblas.profiles import ProfileError
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "bench":  # everything after `bench` belongs to jtblas.bench's parser
-        return _bench(argv[1:])
-    args = build_parser().parse_args(argv)
-    if args.command == "explain":
-        return _explain(args)
-    if args.command == "calibrate":
-        return _calibrate(args)
+    command = argv[0] if argv else ""
+    try:
+        if command == "bench":  # everything after `bench` belongs to jtblas.bench's parser
+            return _bench(argv[1:])
+        args = build_parser().parse_args(argv)
+        if args.command == "explain":
+            return _explain(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
+    except (ProfileError, HardwareChoiceError) as error:  # a user's profile or GPU choice: one line
+        print(f"{PROGRAM} {command}: error: {error}", file=sys.stderr)
+        return 2
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse enforces the choices
 
 
 def _explain(args: argparse.Namespace) -> int:
     from jtblas import selection
 
-    result = selection.explain(
-        args.m, args.n, args.k, dtype=DTYPES[args.dtype],
-        out_dtype=None if args.out_dtype is None else DTYPES[args.out_dtype],
-        transpose_a=args.layout[0] == "T", transpose_b=args.layout[1] == "T",
-        precision="highest" if args.precision == "highest" else None,
-        hardware=args.profile if args.profile is not None else args.gpu,
-    )
+    try:
+        result = selection.explain(
+            args.m, args.n, args.k, dtype=DTYPES[args.dtype],
+            out_dtype=None if args.out_dtype is None else DTYPES[args.out_dtype],
+            transpose_a=args.layout[0] == "T", transpose_b=args.layout[1] == "T",
+            precision="highest" if args.precision == "highest" else None,
+            hardware=_profile_path(args.profile) if args.profile is not None else args.gpu,
+        )
+    except (ValueError, TypeError) as error:  # everything explain is given comes from the user
+        print(f"{PROGRAM} explain: error: {error}", file=sys.stderr)
+        return 2
     print(result.format(top=args.top))
     return 0
+
+
+def _profile_path(text: str):
+    """--profile's value as a path (loaded as a profile whatever its name ends with)."""
+    from pathlib import Path
+
+    return Path(text).expanduser()
 
 
 def _bench(argv: list[str]) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from jtblas.config import OPERAND_DTYPE_BYTES, OUTPUT_DTYPE_BYTES
-from jtblas.ops import matmul
+from jtblas.ops import is_static_dim, matmul
 from jtblas.precision import input_precision
 
 _log = logging.getLogger(__name__)
@@ -45,8 +45,10 @@ def dot_general(
     - ``out_sharding`` is None.
 
     Everything else (integers, complex, float64, several contracting dimensions, mixed dtypes,
-    ``DotAlgorithm`` precisions, an output sharding) calls ``jax.lax.dot_general`` unchanged,
-    which also reports invalid dimension numbers.
+    ``DotAlgorithm`` precisions, an output sharding, symbolic dimensions of a shape-polymorphic
+    ``jax.export``) calls ``jax.lax.dot_general`` unchanged, which also reports invalid dimension
+    numbers. (``jtblas.matmul`` instead raises for symbolic dimensions: the kernel's grid and
+    config are chosen from static sizes.)
 
     Layouts: batch dimensions leading (in ``dimension_numbers`` order) and the contracting
     dimension last or right after the batch dimensions (rhs: right after the batch dimensions,
@@ -149,6 +151,8 @@ def _unsupported(lhs, rhs, precision, preferred_element_type, out_sharding) -> s
     """Why the kernel cannot run these operands and options, or None if it can."""
     if not all(isinstance(x, (jax.Array, np.ndarray)) for x in (lhs, rhs)):
         return "an operand is not an array"
+    if not all(is_static_dim(d) for x in (lhs, rhs) for d in x.shape):
+        return f"a symbolic dimension in {lhs.shape} or {rhs.shape} (jax.export shape polymorphism)"
     if out_sharding is not None:
         return "out_sharding is given"
     if lhs.dtype != rhs.dtype:

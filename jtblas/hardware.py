@@ -21,6 +21,10 @@ ENV_VAR = "JTBLAS_GPU"
 PROFILE_ENV_VAR = "JTBLAS_PROFILE"
 
 
+class HardwareChoiceError(ValueError):
+    """A GPU description asked for by a name that names none (the message says where it came from)."""
+
+
 def get(name_or_hardware: str | os.PathLike | Hardware | None = None) -> Hardware:
     """Returns a description: a `Hardware` as given, a built-in by name, a calibrated profile by
     path (a string ending in ".json", or a path object; see `load_profile`), or `detect()` for None."""
@@ -36,7 +40,9 @@ def get(name_or_hardware: str | os.PathLike | Hardware | None = None) -> Hardwar
                         f"got {type(name_or_hardware).__name__}")
     key = name_or_hardware.strip().lower()
     if key not in BUILTIN:
-        raise ValueError(f"unknown hardware {name_or_hardware!r}; built-in: {sorted(BUILTIN)}")
+        raise HardwareChoiceError(
+            f"hardware={name_or_hardware!r} names no GPU description: give a built-in name {sorted(BUILTIN)}, "
+            "a calibrated profile's path (ending in .json), a jtblas.hardware.Hardware, or None to detect the GPU")
     return BUILTIN[key]
 
 
@@ -86,12 +92,20 @@ def detect() -> Hardware:
     """
     path = os.environ.get(PROFILE_ENV_VAR)
     if path:
-        hardware = profiles.load_or_none(path)
+        hardware = profiles.load_or_none(path, source=f"the {PROFILE_ENV_VAR} environment variable")
         if hardware is not None:
             return hardware
     override = os.environ.get(ENV_VAR)
     if override:
-        return get(override)
+        try:
+            return get(override)
+        except HardwareChoiceError:
+            raise HardwareChoiceError(
+                f"{ENV_VAR}={override!r} (environment variable) names no GPU description: set it to a "
+                f"built-in name {sorted(BUILTIN)} or a calibrated profile's path (ending in .json), or "
+                "unset it to detect the GPU") from None
+        except profiles.ProfileError as error:  # names the file, not where the path came from
+            raise profiles.ProfileError(f"{ENV_VAR}={override!r} (environment variable): {error}") from None
     gpu = _first_gpu()
     if gpu is None:
         return DEFAULT
@@ -130,5 +144,5 @@ def _first_gpu() -> tuple[str, tuple[int, int] | None] | None:
     return device.device_kind, capability
 
 
-__all__ = ["A100", "BUILTIN", "DEFAULT", "ENV_VAR", "H100", "H200", "PROFILE_ENV_VAR", "Hardware", "detect",
-           "from_device_kind", "get", "launch_capable", "load_profile"]
+__all__ = ["A100", "BUILTIN", "DEFAULT", "ENV_VAR", "H100", "H200", "HardwareChoiceError", "PROFILE_ENV_VAR",
+           "Hardware", "detect", "from_device_kind", "get", "launch_capable", "load_profile"]

@@ -21,8 +21,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import batching, mlir
 
 from jtblas import sharding
 
@@ -368,7 +370,46 @@ def _launch_interpreted(kernel, grid, args, out_shapes, metaparams, zeroed_outpu
             _interpreted(kernel)[grid](*kernel_args, *map(_HostTensor, outs), **metaparams)
         return [out.astype(shape.dtype) for out, shape in zip(outs, out_shapes)]
 
-    return jax.pure_callback(callback, out_shapes, *arrays, vmap_method="sequential")
+    interpret = functools.partial(jax.pure_callback, callback, out_shapes, vmap_method="sequential")
+    return _interpreted_call_p.bind(*arrays, interpret=interpret,
+                                    out_avals=tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in out_shapes))
+
+
+class ExportError(NotImplementedError):
+    """`jax.export` of a product that runs on the CPU backend (Triton's interpreter)."""
+
+
+EXPORT_ON_CPU = (
+    "jtblas: cannot export (jax.export) a product that runs on the CPU backend: there the Triton "
+    "kernel runs in Triton's interpreter inside a host callback (jax.pure_callback), and JAX cannot "
+    "serialise host callbacks. Export on a CUDA GPU (the kernel is then a jax-triton custom call), "
+    "or export jax.lax.dot_general / jnp.matmul in place of jtblas on the CPU."
+)
+
+# The interpreter's callback behind a primitive of its own: its lowering rule can see that the
+# lowering is for `jax.export` (which would only fail later with JAX's terse "serialization of
+# host_callbacks is not yet implemented") and say why. Otherwise it is `interpret`, unchanged.
+_interpreted_call_p = jax.extend.core.Primitive("jtblas_interpreted_triton_call")
+_interpreted_call_p.multiple_results = True
+_interpreted_call_p.def_impl(lambda *arrays, interpret, out_avals: interpret(*arrays))
+_interpreted_call_p.def_abstract_eval(lambda *avals, interpret, out_avals: list(out_avals))
+
+
+def _interpreted_call_lowering(ctx: Any, *arrays: Any, interpret: Any, out_avals: Any) -> Any:
+    if ctx.module_context.lowering_parameters.for_export:
+        raise ExportError(EXPORT_ON_CPU)
+    return mlir.lower_fun(interpret, multiple_results=True)(ctx, *arrays)
+
+
+def _interpreted_call_batching(arrays: Sequence[Any], dims: Sequence[Any], *, interpret: Any,
+                               out_avals: Any) -> tuple[Any, list[int]]:
+    in_axes = [None if d is batching.not_mapped else d for d in dims]
+    outs = jax.vmap(interpret, in_axes=in_axes)(*arrays)
+    return outs, [0] * len(outs)
+
+
+mlir.register_lowering(_interpreted_call_p, _interpreted_call_lowering)
+batching.primitive_batchers[_interpreted_call_p] = _interpreted_call_batching
 
 
 def _interpreter_operand(array: np.ndarray) -> np.ndarray:

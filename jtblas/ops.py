@@ -553,6 +553,14 @@ def make_problem(
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, (jax.Array, np.ndarray)):
             raise TypeError(f"jtblas.matmul: {name} must be a jax.Array or numpy array, got {type(x).__name__}")
+        symbolic = [d for d in x.shape if not is_static_dim(d)]
+        if symbolic:
+            # The grid and the model's config are chosen from the sizes while tracing.
+            raise ValueError(
+                f"jtblas needs static shapes: got a symbolic dimension {symbolic[0]} in {name}.shape={x.shape}; "
+                "for shape-polymorphic jax.export use jtblas.dot_general (it falls back to "
+                "jax.lax.dot_general for symbolic shapes) or jax.lax.dot_general"
+            )
     if a.ndim < 2 or b.ndim != 2:
         raise ValueError(
             f"jtblas.matmul: a must have rank >= 2 and b rank 2, got {a.shape=} and {b.shape=}"
@@ -587,6 +595,11 @@ def make_problem(
         input_precision=input_precision(precision),
     )
     return problem, shape
+
+
+def is_static_dim(dim: Any) -> bool:
+    """True for a concrete size; False for a symbolic one (`jax.export.symbolic_shape`)."""
+    return isinstance(dim, (int, np.integer))
 
 
 class GemmShape(NamedTuple):

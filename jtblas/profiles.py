@@ -14,9 +14,11 @@ small and a later fix to a built-in datasheet number still reaches every field i
       "measured": {...}                   # optional, free-form: the raw measurements
     }
 
-`load` is strict: a missing field, a wrong type, a non-positive number or an unknown schema raises
-`ProfileError` naming the field. `load_or_none` (what automatic detection uses) turns that into a
-warning and None, so a damaged profile falls back to the built-in description. Profiles live in
+`load` is strict: a missing field, a wrong type, a non-positive number, a number outside the
+plausible range (`plausible_range`: 1/8 to 8 times the built-in descriptions' values) or an
+unknown schema raises `ProfileError` naming the file, the field and the value. `load_or_none`
+(what automatic detection uses) turns that into a warning and None, so a damaged profile falls
+back to the built-in description. Profiles live in
 `profile_dir()` (`$XDG_CACHE_HOME/jtblas/profiles`, default `~/.cache/jtblas/profiles`) under
 `<device>-<driver>.json`. Pure Python: no JAX, no torch.
 """
@@ -35,7 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jtblas.constants import Constants
+from jtblas.constants import DEFAULT_CONSTANTS, Constants
 from jtblas.gpus import BUILTIN, Hardware
 
 SCHEMA = 1
@@ -46,6 +48,35 @@ _INT_FIELDS = ("sm_count", "l2_bytes", "smem_per_sm", "smem_per_block", "regs_pe
 _FLOAT_FIELDS = ("clock_hz", "dram_bytes_per_s", "l2_bytes_per_s", "fp32_flops", "launch_seconds")
 HARDWARE_FIELDS = frozenset(_INT_FIELDS + _FLOAT_FIELDS
                             + ("name", "full_name", "compute_capability", "tensor_flops", "wgmma"))
+
+
+# Plausibility: a measured number must lie within 1/8 to 8 times the range of the built-in
+# descriptions' values of that field (jtblas.gpus: H200, H100, A100; the model's defaults for
+# `constants`). That admits measurement noise and smaller or newer NVIDIA parts (an L4's 300 GB/s
+# of DRAM is 1/6 of the A100's), and rejects unit slips (x1000: GB/s for bytes/s, KiB for bytes)
+# and typos (smem_per_block 1, sm_count 1e30, tensor_flops 1e-300) that a positivity check passes
+# and that would otherwise steer every pick (or leave no config that fits).
+PLAUSIBLE_FACTOR = 8
+
+
+def plausible_range(field: str, dtype: str | None = None) -> tuple[float, float]:
+    """(low, high) a profile may set `field` to (`dtype`: a `tensor_flops` rate; `field`
+    "constants.<name>": a model constant): PLAUSIBLE_FACTOR around the built-in values."""
+    if field.startswith("constants."):
+        values = [getattr(DEFAULT_CONSTANTS, field.removeprefix("constants."))]
+    elif dtype is not None:
+        values = [hw.tensor_flops[dtype] for hw in BUILTIN.values() if dtype in hw.tensor_flops]
+    else:
+        values = [getattr(hw, field) for hw in BUILTIN.values()]
+    return min(values) / PLAUSIBLE_FACTOR, max(values) * PLAUSIBLE_FACTOR
+
+
+def _check_plausible(value: float, field: str, fail, dtype: str | None = None) -> None:
+    low, high = plausible_range(field, dtype)
+    if not low <= value <= high:
+        raise fail(f"is {value:.6g}, outside the plausible range [{low:.4g}, {high:.4g}] "
+                   f"(1/{PLAUSIBLE_FACTOR} to {PLAUSIBLE_FACTOR} times the built-in descriptions' values; "
+                   "a unit slip or a typo?)")
 
 
 class ProfileError(ValueError):
@@ -155,20 +186,24 @@ def load(path: str | os.PathLike) -> Hardware:
 
 
 def load_or_none(path: str | os.PathLike, *, device: str | None = None,
-                 driver: str | None = None) -> Hardware | None:
+                 driver: str | None = None, source: str | None = None) -> Hardware | None:
     """`load`, but a damaged profile (or one for another device or driver, when given) warns and
-    returns None, so the caller falls back to the built-in description. Cached per file version."""
+    returns None, so the caller falls back to the built-in description. Cached per file version.
+    `source` says where the path came from in the warning (e.g. "the JTBLAS_PROFILE environment
+    variable")."""
+    named = f" (named by {source})" if source else ""
     try:
         stat = os.stat(path)
     except OSError as error:
-        warnings.warn(f"jtblas: hardware profile {str(path)!r} cannot be read ({error}); "
+        warnings.warn(f"jtblas: hardware profile {str(path)!r}{named} cannot be read ({error}); "
                       "using the built-in description", stacklevel=3)
         return None
-    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size, device, driver)
+    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size, device, driver, named)
 
 
 @functools.lru_cache(maxsize=64)
-def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver: str | None) -> Hardware | None:
+def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver: str | None,
+                 named: str = "") -> Hardware | None:
     del mtime_ns, size  # cache keys only: an edited file is read again
     try:
         profile = read(path)
@@ -180,7 +215,7 @@ def _load_cached(path: str, mtime_ns: int, size: int, device: str | None, driver
                                f"not {driver!r}")
         return hardware
     except ProfileError as error:
-        warnings.warn(f"jtblas: ignoring {error}; using the built-in description", stacklevel=4)
+        warnings.warn(f"jtblas: ignoring {error}{named}; using the built-in description", stacklevel=4)
         return None
 
 
@@ -236,12 +271,18 @@ def to_hardware(profile: dict[str, Any], *, origin: str) -> Hardware:
             if not isinstance(value, dict):
                 raise fail(name, f"must be an object of dtype: FLOP/s, got {type(value).__name__}")
             rates = dict(base.tensor_flops)
+            known_dtypes = sorted({d for hw in BUILTIN.values() for d in hw.tensor_flops})
             for dtype, rate in value.items():
-                rates[str(dtype)] = _positive_number(
-                    rate, lambda message, n=f"{name}.{dtype}": fail(n, message))
+                check = lambda message, n=f"{name}.{dtype}": fail(n, message)  # noqa: E731
+                if dtype not in known_dtypes:
+                    raise check(f"is not a dtype the model rates ({known_dtypes})")
+                rates[dtype] = _positive_number(rate, check)
+                _check_plausible(rates[dtype], key, check, dtype=dtype)
             value = rates
         if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
             raise fail(name, f"must be positive, got {value!r}")
+        if key in _INT_FIELDS + _FLOAT_FIELDS:
+            _check_plausible(value, key, lambda message, name=name: fail(name, message))
         changes[key] = value
 
     constants = profile.get("constants", {})
@@ -254,6 +295,9 @@ def to_hardware(profile: dict[str, Any], *, origin: str) -> Hardware:
         if key not in known:
             raise fail(name, f"is not a model constant ({sorted(known)})")
         checked[key] = _positive_number(value, lambda message, name=name: fail(name, message))
+        _check_plausible(checked[key], name, lambda message, name=name: fail(name, message))
+        if key.endswith(("fraction", "efficiency")) and checked[key] > 1:
+            raise fail(name, f"is a fraction, at most 1, got {value!r}")
     if checked:
         changes["constants"] = checked
     if "measured" in profile and not isinstance(profile["measured"], dict):
@@ -275,5 +319,6 @@ def _positive_number(value: Any, fail) -> float:
     return float(value)
 
 
-__all__ = ["SCHEMA", "HARDWARE_FIELDS", "ProfileError", "driver_version", "load", "load_or_none",
+__all__ = ["SCHEMA", "HARDWARE_FIELDS", "PLAUSIBLE_FACTOR", "ProfileError", "driver_version", "load", "load_or_none",
+           "plausible_range",
            "make", "profile_dir", "profile_path", "read", "save", "to_hardware"]

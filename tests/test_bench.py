@@ -639,6 +639,7 @@ def test_cli_without_a_gpu_plans_and_checks_on_the_cpu(tmp_path, monkeypatch, ca
     assert rc == 0
     said = capsys.readouterr().out
     assert "JAX sees no GPU: no device time can be measured here" in said
+    assert "| t2 | 1500x4501x3399 NN |" in said and "| 7x13x37 NN | bfloat16 |" in said  # the tables, printed
     payload = json.loads((out / "cpu_plan.json").read_text())
     assert payload["hardware"] == "h200" and [row["name"] for row in payload["plans"]] == ["t1", "t2", "t3"]
     by_name = {row["name"]: row for row in payload["plans"]}

@@ -9,8 +9,8 @@ No device time can be measured without a GPU, so the run does two things instead
 2. a correctness check of a few small products through the CPU backend (Triton's interpreter,
    the kernels a GPU would run), every layout, against a float64 product.
 
-It writes `cpu_plan.json` and `cpu_plan.md` to the output directory and returns 0 when every
-check passes (1 otherwise).
+It prints both tables, writes them (`cpu_plan.md`) and the raw rows (`cpu_plan.json`) to the
+output directory, and returns 0 when every check passes (1 otherwise).
 """
 
 from __future__ import annotations
@@ -92,7 +92,10 @@ def run(shapes, out_dir: str | Path, reason: str) -> int:
     out.mkdir(parents=True, exist_ok=True)
     payload = dict(reason=reason, hardware=hardware.name, plans=plans, checks=checks)
     (out / "cpu_plan.json").write_text(json.dumps(payload, indent=1))
-    (out / "cpu_plan.md").write_text(markdown(payload))
+    text = markdown(payload)
+    (out / "cpu_plan.md").write_text(text)
+    # The tables are the result of this run: on the terminal too, not only in the file.
+    print(text.split("\n", 4)[-1], flush=True)
     failed = [row for row in checks if not row["ok"]]
     print(f"jtblas bench: wrote {out / 'cpu_plan.md'} and {out / 'cpu_plan.json'}; "
           f"{len(checks) - len(failed)} of {len(checks)} CPU checks passed", flush=True)

@@ -15,6 +15,37 @@ from jtblas.model.select import microseconds as _us
 from jtblas.model.select import rank
 
 
+# The columns of `Explanation.format` (and `jtblas explain`), each defined; times in µs unless
+# the name says ns. `jtblas explain --help` and docs/model.md print this legend.
+COLUMNS: dict[str, str] = {
+    "rank": "position in the model's ranking; 1 is the pick",
+    "config": "block_m x block_n x block_k, wN warps, sN pipeline stages, gN group_m; kN split-K, "
+              "pN K phases, swap (C^T = B^T A^T), tma (the TMA kernel)",
+    "pred_us": "predicted time of the product: launch + max(sm, memory) (+ the split-K reduction)",
+    "TFLOP/s": "useful rate the prediction implies: 2*M*N*K / pred_us",
+    "bound": "what limits it: launch, dram, l2, latency, fill, mma+smem, compute, smem, load-port",
+    "tiles": "output tiles: ceil(M / block_m) * ceil(N / block_n)",
+    "t/SM": "tiles (programs, with split-K) on the busiest SM: the wave quantization",
+    "p/SM": "programs resident on one SM at once (occupancy, from shared memory, registers, threads)",
+    "pad%": "share of the tiles' MMA work that falls outside the problem (padded tails)",
+    "sm_thr": "busiest SM's time when its programs overlap perfectly: t/SM * (K steps * step + epilogue)",
+    "sm_lat": "busiest SM's time as a chain: ceil(t/SM / p/SM) * (fill + K loop + epilogue) of one tile",
+    "dram": "DRAM traffic (operands after L2 reuse, C) / DRAM bandwidth",
+    "l2": "L2 traffic (every tile load, C) / L2 bandwidth",
+    "L2hit%": "predicted share of the tile loads served by L2",
+    "mma_ns": "one K step of one program on the tensor cores (or FMA units)",
+    "smem_ns": "one K step's shared-memory reads of the operand tiles",
+    "load_ns": "one K step's loads from global memory through the SM's load port",
+    "lat_ns": "least time per K step that the loads in flight allow: memory latency / loads in flight",
+}
+
+
+def legend() -> str:
+    """The columns of `Explanation.format`, one line each."""
+    width = max(map(len, COLUMNS))
+    return "\n".join(f"  {name.ljust(width)}  {text}" for name, text in COLUMNS.items())
+
+
 @dataclasses.dataclass(frozen=True)
 class Explanation:
     """The ranked candidates of one problem, each with its predicted time and terms.
@@ -148,9 +179,7 @@ class Explanation:
             f"{len(self.ranked)} candidates\n"
             f"hardware: {self.hardware.source}\n"
         )
-        columns = ("rank", "config", "pred_us", "TFLOP/s", "bound", "tiles", "t/SM", "p/SM",
-                   "pad%", "sm_thr", "sm_lat", "dram", "l2", "L2hit%", "mma_ns", "smem_ns",
-                   "load_ns", "lat_ns")
+        columns = tuple(COLUMNS)
         rows = [columns]
         for position, e in enumerate(self.ranked[:top], start=1):
             rows.append((

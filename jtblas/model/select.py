@@ -38,7 +38,8 @@ def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
     """Every candidate's estimate, fastest first (ties broken as the module doc says)."""
     configs = candidates_for_problem(problem, hardware)
     if not configs:
-        raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name}")
+        raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name} "
+                         f"(hardware description: {hardware.source})")
     constants = hardware.model_constants()  # the defaults, or a calibrated profile's values
     estimates = [cost.estimate(config, problem, hardware, constants) for config in configs]
     return [estimate for _, estimate in sorted(enumerate(estimates), key=_rank_key)]
