@@ -166,7 +166,7 @@ def test_data_parallel_dense_with_pmean_loss_matches_flax(rng):
 
 # --- Under jax.jit with sharded operands (jtblas/partitioning.py) ---------------------------------
 
-COLLECTIVES = re.compile(r"= \S+ (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
+COLLECTIVES = re.compile(r"\s(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
 
 
 def mesh_2d() -> Mesh:
