@@ -20,8 +20,9 @@ from jax.sharding import PartitionSpec as P
 
 import jtblas
 import jtblas.nn
-from jtblas import partitioning, sharding
-from tests.reference import DTYPES, relative_error
+import jtblas.model.repack
+from jtblas import launch, ops, partitioning, sharding
+from tests.reference import DTYPES, relative_error, require_jax_triton
 
 HIGHEST = jax.lax.Precision.HIGHEST
 # Relative Frobenius error against the float64 value of the same loss and gradients: fp32 with
@@ -416,3 +417,35 @@ def test_mlp_trained_sharded_matches_unsharded(pattern, rng):
     extra = (collectives(step.lower(sharded, state).compile().as_text())
              - collectives(flax_step.lower(sharded, state).compile().as_text()))
     assert not extra, dict(extra)
+
+
+def test_cuda_partition_launches_the_kernel_planned_on_local_shapes(monkeypatch):
+    """The partitioned computation for a CUDA target (jax-triton's call, on a machine without a
+    GPU): the kernel's launch traced on one device's blocks, the model asked with the local M, N
+    and K, the fp32 partial products summed over K's axis."""
+    require_jax_triton()
+    asked = []
+    plan = jtblas.model.repack.plan_for_problem
+
+    def recording(problem, hardware, mode="auto"):
+        asked.append(problem)
+        return plan(problem, hardware, mode)
+
+    monkeypatch.setattr(jtblas.model.repack, "plan_for_problem", recording)
+    mesh = mesh_2d()
+    static = ops._Static(transpose_a=False, transpose_b=True, input_precision="tf32", out_dtype="bfloat16",
+                         config=None)
+    layout = partitioning._Layout(transpose_a=False, transpose_b=True, broadcast_a=False, broadcast_b=False)
+    # a [1, M, K]: M over d, K over m; b stored [1, N, K]: K over m.
+    a = jax.ShapeDtypeStruct((1, 512, 256), jnp.bfloat16, sharding=NamedSharding(mesh, P(None, "d", "m")))
+    b = jax.ShapeDtypeStruct((1, 384, 256), jnp.bfloat16, sharding=NamedSharding(mesh, P(None, None, "m")))
+    c = jax.ShapeDtypeStruct((1, 512, 384), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+    with launch.forced_backend("cuda", compute_capability=90):
+        _, lower, out_sharding, (a_sharding, b_sharding) = partitioning._partition(
+            ops._launch_batched, layout, static, mesh, (a, b), c)
+        local = [jax.ShapeDtypeStruct(shape, jnp.bfloat16) for shape in ((1, 256, 128), (1, 384, 128))]
+        jaxpr = str(jax.make_jaxpr(lower, axis_env=[("d", 2), ("m", 2)])(*local))
+    assert out_sharding.spec == P(None, "d", None) and a_sharding.spec == P(None, "d", "m")
+    assert b_sharding.spec == P(None, None, "m")
+    assert [(p.m, p.n, p.k, p.layout, p.out_dtype) for p in asked] == [(256, 384, 128, "NT", "float32")]
+    assert "triton_kernel_call" in jaxpr and "psum" in jaxpr
