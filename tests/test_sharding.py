@@ -449,3 +449,18 @@ def test_cuda_partition_launches_the_kernel_planned_on_local_shapes(monkeypatch)
     assert b_sharding.spec == P(None, None, "m")
     assert [(p.m, p.n, p.k, p.layout, p.out_dtype) for p in asked] == [(256, 384, 128, "NT", "float32")]
     assert "triton_kernel_call" in jaxpr and "psum" in jaxpr
+
+
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0)], ids=["batched_x", "batched_w"])
+def test_vmap_over_one_operand_keeps_its_batch_sharding(in_axes, rng):
+    """One operand batched (sharded over its batch), the other shared: the shared one's batch of
+    one is broadcast (a factor that is never sharded)."""
+    mesh = mesh_1d()
+    x = jnp.asarray(rng.standard_normal((8, 6, 10) if in_axes[0] == 0 else (6, 10)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((8, 10, 12) if in_axes[1] == 0 else (10, 12)), jnp.float32)
+    x, w = (placed(a, mesh, ("x",) if a.ndim == 3 else ()) for a in (x, w))
+    fn = jax.jit(jax.vmap(lambda a, b: jtblas.matmul(a, b, precision=HIGHEST), in_axes=in_axes))
+    y = fn(x, w)
+    assert relative_error(y, np.asarray(x, np.float64) @ np.asarray(w, np.float64)) < TOLERANCE["float32"]
+    assert y.sharding.is_equivalent_to(NamedSharding(mesh, P("x")), 3), y.sharding.spec
+    assert not collectives(fn.lower(x, w).compile().as_text())
