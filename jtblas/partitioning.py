@@ -138,26 +138,28 @@ def _dim_axes(arg_sharding: Any, ndim: int) -> list[Axes]:
 
 
 def _factor_axes(layout: _Layout, mesh: Any, arg_shapes: Any, result_shape: Any) -> _FactorAxes:
-    """One set of mesh axes per factor, from the operands' shardings (then the result's, for a
-    factor no operand shards): a mesh axis serves one factor only (batch, then M, then N, then K
-    keep it: an FSDP weight sharded over the rows' axis is gathered), and K is split only into
-    equal blocks (padding would add garbage to the sums)."""
+    """One set of mesh axes per factor. The result's sharding (the partitioner's choice, when
+    given) comes first, then the operands' for the factors it leaves free: a mesh axis serves one
+    factor only (after the result's, batch, then M, then N, then K keep it: an FSDP weight sharded
+    over the rows' axis is gathered). K is split only into equal blocks (padding would add
+    garbage to the sums)."""
     a, b = arg_shapes
     dims_a, dims_b = _dim_axes(a.sharding, 3), _dim_axes(b.sharding, 3)
     m_a, k_a = (dims_a[2], dims_a[1]) if layout.transpose_a else (dims_a[1], dims_a[2])
     k_b, n_b = (dims_b[2], dims_b[1]) if layout.transpose_b else (dims_b[1], dims_b[2])
     batch = (() if layout.broadcast_a else dims_a[0]) or (() if layout.broadcast_b else dims_b[0])
-    wanted = {"b": batch, "m": m_a, "n": n_b, "k": k_a or k_b}
-    if result_shape is not None:
-        dims_c = _dim_axes(result_shape.sharding, 3)
-        for factor, axes in zip("bmn", dims_c):
-            wanted[factor] = wanted[factor] or axes
+    from_operands = {"b": batch, "m": m_a, "n": n_b, "k": k_a or k_b}
+    # The result's sharding is the one its users were planned with (jnp.dot's dx of an FSDP layer
+    # keeps the weight's split columns and gathers the cotangent instead): a product placed
+    # otherwise costs a reshard after it.
+    from_result = dict(zip("bmn", _dim_axes(result_shape.sharding, 3))) if result_shape is not None else {}
     used: set[Any] = set()
-    chosen = {}
-    for factor in "bmnk":
-        axes = tuple(axis for axis in wanted[factor] if axis not in used)
-        used.update(axes)
-        chosen[factor] = axes
+    chosen: dict[str, Axes] = {}
+    for factor, axes in [*from_result.items(), *from_operands.items()]:
+        if chosen.get(factor):
+            continue
+        chosen[factor] = tuple(axis for axis in axes if axis not in used)
+        used.update(chosen[factor])
     k_size = a.shape[1] if layout.transpose_a else a.shape[2]
     if k_size % _axes_size(mesh, chosen["k"]):
         chosen["k"] = ()
