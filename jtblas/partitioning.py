@@ -12,8 +12,9 @@ choice, repacking, kernel launches, all static given the shapes) in
 - XLA's SPMD partitioner then calls `_partition` with the propagated shardings; it settles one
   set of mesh axes per factor (`_factor_axes`) and returns the local computation, traced on the
   local shapes: the model plans each device's product with its own M, N and K;
-- under GSPMD (`jax_use_shardy_partitioner=False`) `_infer_result_sharding` and
-  `_propagate_user_sharding` stand in for the rule.
+- under GSPMD (`jax_use_shardy_partitioner=False`) the callbacks `infer_sharding_from_operands`
+  (the same choice of axes as `_partition`'s) and `propagate_user_sharding` (the user's
+  sharding) stand in for the rule.
 
 A contraction sharded over K leaves each device a partial product: the local kernel writes it in
 fp32 and the devices add them with a `psum` in fp32, then cast once to the output dtype. That is
@@ -22,7 +23,9 @@ reduction does), where a sum of 16-bit partials would round once per device; it 
 bytes of a 16-bit all-reduce.
 
 Not applied inside `shard_map` (the body is already per device, typed by `jtblas.sharding`),
-outside a trace (eager operands run where they are), or with a single device.
+outside a trace (eager operands run where they are), or with a single device. On the CPU
+backend each device's product is XLA's dot (`_xla_product`): JAX cannot run the interpreter's
+host callback inside a partitioned computation.
 """
 
 from __future__ import annotations
@@ -100,12 +103,12 @@ def _partitioned(local: Callable[..., jax.Array], layout: _Layout) -> Any:
         partition=partition,
         infer_sharding_from_operands=infer_result_sharding,
         propagate_user_sharding=propagate_user_sharding,
-        sharding_rule=sharding_rule(layout),
+        sharding_rule=_sharding_rule(layout),
     )
     return wrapped
 
 
-def sharding_rule(layout: _Layout) -> SdyShardingRule:
+def _sharding_rule(layout: _Layout) -> SdyShardingRule:
     """The Shardy rule of one launch: `b m k, b k n -> b m n` in the stored layouts, k reduced."""
     rows_a = ("k", "m") if layout.transpose_a else ("m", "k")
     rows_b = ("n", "k") if layout.transpose_b else ("k", "n")
