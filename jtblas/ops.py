@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from jtblas import hardware, launch, sharding
+from jtblas import hardware, launch, partitioning, sharding
 from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.matmul_tma import (
@@ -225,7 +225,8 @@ def _batched_launcher(static: _Static) -> Any:
 
     @jax.custom_batching.custom_vmap
     def launch_batched(a: jax.Array, b: jax.Array) -> jax.Array:
-        return _launch_batched(a, b, static)
+        # Under jit with sharded operands each device launches on its own blocks.
+        return partitioning.partitioned_launch(_launch_batched, a, b, static)
 
     @launch_batched.def_vmap
     def vmap_rule(axis_size: int, in_batched: list[bool], a: jax.Array, b: jax.Array):

@@ -1,0 +1,219 @@
+"""jtblas's products under `jax.jit` with sharded operands: a partitioning rule for the launch.
+
+XLA cannot look inside a Triton launch (a custom call, or a `pure_callback` on the CPU): without a
+rule it gathers both operands onto every device, runs the whole product there and returns it
+replicated. `partitioned_launch` wraps the per-device product (`ops._launch_batched`: model
+choice, repacking, kernel launches, all static given the shapes) in
+`jax.experimental.custom_partitioning`, so that each device runs the kernel on its own block:
+
+- Shardy (JAX's default partitioner) propagates shardings through the rule
+  `b m k, b k n -> b m n` (stored layouts permute the operand dimensions; `k` a reduction
+  factor; a batch of one broadcast against the other operand's batch needs replication);
+- XLA's SPMD partitioner then calls `_partition` with the propagated shardings; it settles one
+  set of mesh axes per factor (`_factor_axes`) and returns the local computation, traced on the
+  local shapes: the model plans each device's product with its own M, N and K;
+- under GSPMD (`jax_use_shardy_partitioner=False`) the callbacks `infer_sharding_from_operands`
+  (the same choice of axes as `_partition`'s) and `propagate_user_sharding` (the user's
+  sharding) stand in for the rule.
+
+A contraction sharded over K leaves each device a partial product: the local kernel writes it in
+fp32 and the devices add them with a `psum` in fp32, then cast once to the output dtype. That is
+the single-device product's rounding (fp32 accumulation, one rounding at the end, as the split-K
+reduction does), where a sum of 16-bit partials would round once per device; it moves twice the
+bytes of a 16-bit all-reduce.
+
+Not applied inside `shard_map` (the body is already per device, typed by `jtblas.sharding`),
+outside a trace (eager operands run where they are), or with a single device. On the CPU
+backend each device's product is XLA's dot (`_xla_product`): JAX cannot run the interpreter's
+host callback inside a partitioned computation.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jtblas import launch, sharding
+
+_FP32 = "float32"
+# A mesh axis sharding a dimension of the product: a name, or a tuple of names (several axes).
+Axes = tuple[Any, ...]
+
+
+class _Layout(NamedTuple):
+    """The static shape facts a rule depends on: stored layouts and which batch is broadcast."""
+
+    transpose_a: bool
+    transpose_b: bool
+    broadcast_a: bool  # a's batch is 1 while b's is larger (read with batch stride 0)
+    broadcast_b: bool
+
+
+def partitioned_launch(local: Callable[..., jax.Array], a: jax.Array, b: jax.Array, static: Any) -> jax.Array:
+    """`local(a, b, static)` (a [Ba, ., .], b [Bb, ., .] -> [B, M, N]), partitioned over the mesh
+    when traced under `jit` with several devices: each device runs `local` on its blocks.
+
+    `static` is the product's `ops._Static` (its `transpose_a`, `transpose_b` and `out_dtype` are
+    read); elsewhere (eager, inside `shard_map`, one device, an empty operand) this is
+    `local(a, b, static)`.
+    """
+    if not _applies(a, b):
+        return local(a, b, static)
+    batch_a, batch_b = a.shape[0], b.shape[0]
+    layout = _Layout(static.transpose_a, static.transpose_b,
+                     broadcast_a=batch_a < batch_b, broadcast_b=batch_b < batch_a)
+    return _partitioned(local, layout)(a, b, static)
+
+
+def _applies(a: jax.Array, b: jax.Array) -> bool:
+    if not any(isinstance(x, jax.core.Tracer) for x in (a, b)):
+        return False
+    if a.size == 0 or b.size == 0 or sharding.in_shard_map():
+        return False
+    return jax.device_count() > 1
+
+
+@functools.cache
+def _partitioned(local: Callable[..., jax.Array], layout: _Layout) -> Any:
+    """`local` as a custom_partitioning function of (a, b, static) for one layout."""
+
+    def product(a: jax.Array, b: jax.Array, static: Any) -> jax.Array:
+        return local(a, b, static)
+
+    wrapped = custom_partitioning(product, static_argnums=(2,))
+
+    def partition(static, mesh, arg_shapes, result_shape):
+        return _partition(local, layout, static, mesh, arg_shapes, result_shape)
+
+    def infer_result_sharding(static, mesh, arg_shapes, result_shape):
+        return _result_sharding(mesh, _factor_axes(layout, mesh, arg_shapes, None))
+
+    def propagate_user_sharding(static, mesh, user_shape):
+        return user_shape.sharding  # the result takes its user's sharding; operands follow
+
+    wrapped.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer_result_sharding,
+        propagate_user_sharding=propagate_user_sharding,
+        sharding_rule=_sharding_rule(layout),
+    )
+    return wrapped
+
+
+def _sharding_rule(layout: _Layout) -> SdyShardingRule:
+    """The Shardy rule of one launch: `b m k, b k n -> b m n` in the stored layouts, k reduced."""
+    rows_a = ("k", "m") if layout.transpose_a else ("m", "k")
+    rows_b = ("n", "k") if layout.transpose_b else ("k", "n")
+    # A broadcast batch (size 1) is its own factor, which cannot be sharded.
+    batch_a = "p" if layout.broadcast_a else "b"
+    batch_b = "q" if layout.broadcast_b else "b"
+    replicated = tuple(f for f, broadcast in (("p", layout.broadcast_a), ("q", layout.broadcast_b)) if broadcast)
+    return SdyShardingRule(
+        operand_mappings=(ArrayMapping(batch_a, *rows_a), ArrayMapping(batch_b, *rows_b)),
+        result_mappings=(ArrayMapping("b", "m", "n"),),
+        reduction_factors=("k",),
+        need_replication_factors=replicated,
+    )
+
+
+class _FactorAxes(NamedTuple):
+    """The mesh axes sharding each factor of one product (empty: replicated)."""
+
+    b: Axes
+    m: Axes
+    n: Axes
+    k: Axes
+
+
+def _dim_axes(arg_sharding: Any, ndim: int) -> list[Axes]:
+    """Per dimension, the mesh axes a NamedSharding splits it over."""
+    spec = tuple(getattr(arg_sharding, "spec", None) or ())
+    spec = spec + (None,) * (ndim - len(spec))
+    return [() if s is None else tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in spec]
+
+
+def _factor_axes(layout: _Layout, mesh: Any, arg_shapes: Any, result_shape: Any) -> _FactorAxes:
+    """One set of mesh axes per factor. The result's sharding (the partitioner's choice, when
+    given) comes first, then the operands' for the factors it leaves free: a mesh axis serves one
+    factor only (after the result's, batch, then M, then N, then K keep it: an FSDP weight sharded
+    over the rows' axis is gathered). K is split only into equal blocks (padding would add
+    garbage to the sums)."""
+    a, b = arg_shapes
+    dims_a, dims_b = _dim_axes(a.sharding, 3), _dim_axes(b.sharding, 3)
+    m_a, k_a = (dims_a[2], dims_a[1]) if layout.transpose_a else (dims_a[1], dims_a[2])
+    k_b, n_b = (dims_b[2], dims_b[1]) if layout.transpose_b else (dims_b[1], dims_b[2])
+    batch = (() if layout.broadcast_a else dims_a[0]) or (() if layout.broadcast_b else dims_b[0])
+    from_operands = {"b": batch, "m": m_a, "n": n_b, "k": k_a or k_b}
+    # The result's sharding is the one its users were planned with (jnp.dot's dx of an FSDP layer
+    # keeps the weight's split columns and gathers the cotangent instead): a product placed
+    # otherwise costs a reshard after it.
+    from_result = dict(zip("bmn", _dim_axes(result_shape.sharding, 3))) if result_shape is not None else {}
+    used: set[Any] = set()
+    chosen: dict[str, Axes] = {}
+    for factor, axes in [*from_result.items(), *from_operands.items()]:
+        if chosen.get(factor):
+            continue
+        chosen[factor] = tuple(axis for axis in axes if axis not in used)
+        used.update(chosen[factor])
+    k_size = a.shape[1] if layout.transpose_a else a.shape[2]
+    if k_size % _axes_size(mesh, chosen["k"]):
+        chosen["k"] = ()
+    return _FactorAxes(**chosen)
+
+
+def _axes_size(mesh: Any, axes: Axes) -> int:
+    return math.prod(mesh.shape[axis] for axis in axes)
+
+
+def _spec(*dims: Axes) -> P:
+    return P(*(None if not axes else axes[0] if len(axes) == 1 else axes for axes in dims))
+
+
+def _result_sharding(mesh: Any, axes: _FactorAxes) -> NamedSharding:
+    return NamedSharding(mesh, _spec(axes.b, axes.m, axes.n))
+
+
+def _operand_shardings(layout: _Layout, mesh: Any, axes: _FactorAxes) -> tuple[NamedSharding, NamedSharding]:
+    rows_a = (axes.k, axes.m) if layout.transpose_a else (axes.m, axes.k)
+    rows_b = (axes.n, axes.k) if layout.transpose_b else (axes.k, axes.n)
+    batch_a = () if layout.broadcast_a else axes.b
+    batch_b = () if layout.broadcast_b else axes.b
+    return (NamedSharding(mesh, _spec(batch_a, *rows_a)), NamedSharding(mesh, _spec(batch_b, *rows_b)))
+
+
+def _partition(local, layout, static, mesh, arg_shapes, result_shape):
+    """XLA's SPMD partitioner callback: the shardings the launch runs with and its local
+    computation (traced on local shapes, so the model plans each device's own product)."""
+    axes = _factor_axes(layout, mesh, arg_shapes, result_shape)
+    out_dtype = static.out_dtype
+    if launch.target_platform([])[0] == "cpu":
+        # JAX cannot run host callbacks (the CPU backend's interpreter launch) inside a
+        # partitioned computation: it compiles the program with the callbacks known before the
+        # partitioner runs. XLA's dot stands in, with the kernel's numerics.
+        local = _xla_product
+
+    def lower(a: jax.Array, b: jax.Array) -> jax.Array:
+        if not axes.k:
+            return local(a, b, static)
+        # Partial products over K: summed in fp32, rounded once (the module docstring says why).
+        partial = local(a, b, static._replace(out_dtype=_FP32))
+        return jax.lax.psum(partial, axes.k).astype(jnp.dtype(out_dtype))
+
+    return mesh, lower, _result_sharding(mesh, axes), _operand_shardings(layout, mesh, axes)
+
+
+def _xla_product(a: jax.Array, b: jax.Array, static: Any) -> jax.Array:
+    """`ops._launch_batched`'s product by XLA: fp32 accumulation, one rounding to the output."""
+    a = jnp.swapaxes(a, 1, 2) if static.transpose_a else a
+    b = jnp.swapaxes(b, 1, 2) if static.transpose_b else b
+    precision = jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None
+    product = jnp.matmul(a, b, precision=precision, preferred_element_type=jnp.float32)
+    return product.astype(jnp.dtype(static.out_dtype))
