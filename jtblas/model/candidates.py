@@ -81,6 +81,17 @@ SPLIT_K_MIN_K_STEPS = 2
 # partial traffic), and of the splits that satisfy every rule only the two largest are kept: a
 # split whose grid, doubled twice, still fits these limits leaves most SMs idle and loses to them.
 SPLIT_K_MAX_WAVES = 2
+# A split (split-K or K phases) writes batch · k_slices · M · N fp32 partials; above 256 MiB of
+# them the plan does not split. A split-K grid stays under SPLIT_K_MAX_WAVES waves, so on a 132-SM
+# H200 its largest tile (256x256, 256 KiB of fp32) writes at most 2 · 132 · 256 KiB = 66 MiB of
+# partials: the cap never removes a split that fills SMs. K phases (an alignment, not a filler)
+# write and read k_phases C-sized partials; 256 MiB of them is 512 MiB of traffic (~120 µs at
+# 4.3 TB/s), more than repacking the operand it aligns costs (`jtblas.model.repack`). The largest
+# workspace any unbatched benchmark row picks is 24.5 MiB (16x50257 in 8 phases). A fixed number,
+# not a fraction of device memory, so the model needs no device query and picks the same on GPUs
+# of any memory size; a batch whose partials would pass it (4096 x 64x64x4096 at split 16: 1 GiB)
+# already fills the SMs with its batch entries.
+MAX_WORKSPACE_BYTES = 256 * 2**20
 
 
 def next_power_of_two(value: int) -> int:
@@ -165,6 +176,8 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if config.k_phases != 1 and config.k_phases != resources.needed_k_phases(problem):
         reasons.append(f"k_phases={config.k_phases}: the rows along K of {problem.short()} need "
                        f"{resources.needed_k_phases(problem)} phase(s) to start on 16-byte boundaries")
+    if config.k_phases != 1 and not workspace_fits(config.k_slices, problem):
+        reasons.append(_workspace_words(config.k_slices, problem))
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
@@ -184,14 +197,20 @@ def program_k_steps(config: Config, problem: Problem) -> int:
 
 
 def split_k_searched(problem: Problem, hardware: Hardware) -> bool:
-    """True when split-K candidates are searched: fewer 128x128 output tiles than SMs."""
+    """True when split-K candidates are searched: fewer 128x128 output tiles than SMs, over the
+    whole batch."""
     edge = SPLIT_K_REFERENCE_TILE
-    return -(-problem.m // edge) * -(-problem.n // edge) < hardware.sm_count
+    return -(-problem.m // edge) * -(-problem.n // edge) * problem.batch < hardware.sm_count
 
 
-def _split_fits(split_k: int, tiles: int, k_blocks: int, hardware: Hardware) -> bool:
+def workspace_fits(k_slices: int, problem: Problem) -> bool:
+    """A split into `k_slices` keeps its fp32 partials within MAX_WORKSPACE_BYTES."""
+    return problem.batch * k_slices * problem.m * problem.n * resources.PARTIAL_BYTES <= MAX_WORKSPACE_BYTES
+
+
+def _split_fits(split_k: int, tiles: int, k_blocks: int, hardware: Hardware, problem: Problem) -> bool:
     return (split_k <= SPLIT_K_FACTORS[-1] and k_blocks >= SPLIT_K_MIN_K_STEPS * split_k
-            and tiles * split_k < SPLIT_K_MAX_WAVES * hardware.sm_count)
+            and tiles * split_k < SPLIT_K_MAX_WAVES * hardware.sm_count and workspace_fits(split_k, problem))
 
 
 def _split_tile(block_n: int, problem: Problem, hardware: Hardware) -> bool:
@@ -207,20 +226,29 @@ def split_k_rejections(config: Config, problem: Problem, hardware: Hardware) -> 
         return [f"split_k={split} not in {SPLIT_K_FACTORS}"]
     edge = SPLIT_K_REFERENCE_TILE
     if not split_k_searched(problem, hardware):
-        return [f"{-(-problem.m // edge) * -(-problem.n // edge)} tiles of {edge}x{edge} fill the "
+        batch = f" x batch {problem.batch}" if problem.batch > 1 else ""
+        return [f"{-(-problem.m // edge) * -(-problem.n // edge)} tiles of {edge}x{edge}{batch} fill the "
                 f"{hardware.sm_count} SMs: no split-K"]
     reasons = []
     if not _split_tile(config.block_n, problem, hardware):
         reasons.append(f"a {config.block_m}x{config.block_n} tile is not split (narrow: fills SMs unsplit)")
-    tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+    if not workspace_fits(split, problem):
+        reasons.append(_workspace_words(split, problem))
+    tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n) * problem.batch
     k_blocks = -(-problem.k // config.block_k)
     if k_blocks < SPLIT_K_MIN_K_STEPS * split:
         reasons.append(f"{k_blocks} K blocks leave fewer than {SPLIT_K_MIN_K_STEPS} per split of {split}")
     if tiles * split >= SPLIT_K_MAX_WAVES * hardware.sm_count:
         reasons.append(f"{tiles} tiles x split {split} reach {SPLIT_K_MAX_WAVES} waves of {hardware.sm_count} SMs")
-    if not reasons and _split_fits(4 * split, tiles, k_blocks, hardware):
+    if not reasons and _split_fits(4 * split, tiles, k_blocks, hardware, problem):
         reasons.append(f"split {4 * split} also fits: split {split} leaves most SMs idle")
     return reasons
+
+
+def _workspace_words(k_slices: int, problem: Problem) -> str:
+    partials = problem.batch * k_slices * problem.m * problem.n * resources.PARTIAL_BYTES
+    return (f"{k_slices} K slices write {partials / 2**20:.0f} MiB of fp32 partials, over the "
+            f"{MAX_WORKSPACE_BYTES // 2**20} MiB workspace cap")
 
 
 def _enough_accumulators(block_m: int, block_n: int, num_warps: int) -> bool:
@@ -300,7 +328,7 @@ def _phase_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
     its rows along K is not 16-byte aligned row to row (`resources.needed_k_phases`): the fewest
     phases that align it, with the stage range of a phase's shorter K loop."""
     phases = resources.needed_k_phases(problem)
-    if phases == 1:
+    if phases == 1 or not workspace_fits(phases, problem):
         return []
     low_s = min_stages(problem, hardware)
     result = []
@@ -349,10 +377,11 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
     for config in plain:
         if not _split_tile(config.block_n, problem, hardware):
             continue
-        tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+        tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n) * problem.batch
         k_blocks = -(-problem.k // config.block_k)
         for split in SPLIT_K_FACTORS:
-            if not _split_fits(split, tiles, k_blocks, hardware) or _split_fits(4 * split, tiles, k_blocks, hardware):
+            if (not _split_fits(split, tiles, k_blocks, hardware, problem)
+                    or _split_fits(4 * split, tiles, k_blocks, hardware, problem)):
                 continue
             if config.num_stages <= max(low_s, -(-k_blocks // split) + 1):
                 result.append(dataclasses.replace(config, split_k=split))
