@@ -130,6 +130,10 @@ def _torch(args, rows, out: Path, log) -> None:
         return
     from jtblas.bench import torch_runner
 
+    batched = [r for r in rows if r.batch > 1]
+    if batched:  # the torch launcher times one product per launch
+        log(f"{PROGRAM}: the torch-launch contenders skip the {len(batched)} batched rows (timed through JAX only)")
+        rows = [r for r in rows if r.batch == 1]
     torch_args = argparse.Namespace(**vars(args))
     torch_args.out = str(out / "torch")
     runner = torch_runner.Runner(torch_args)
