@@ -244,3 +244,13 @@ def test_batched_attention_scores_on_the_gpu_match_xla(rng):
     out = jax.jit(lambda x, y: jtblas.dot_general(x, y, dims))(q, k)
     reference = np.einsum("bqd,bkd->bqk", np.asarray(q, np.float64), np.asarray(k, np.float64))
     assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+
+
+def test_cli_explain_takes_a_batch_and_refuses_absurd_sizes(capsys):
+    from jtblas import cli
+
+    assert cli.main(["explain", "64", "64", "4096", "--batch", "4096", "--gpu", "h200", "--top", "1"]) == 0
+    assert capsys.readouterr().out.startswith("4096 x 64x64x4096 bfloat16 NN on h200")
+    size = str(2**40)
+    assert cli.main(["explain", size, size, size, "--gpu", "h200"]) == 2
+    assert f"M={size}, N={size}, K={size}, batch=1" in capsys.readouterr().err
