@@ -39,7 +39,7 @@ A batch (problem.batch = B > 1 independent products, the launch's batch grid axi
 grid, hence the waves, by B: tiles counts every batch entry's tiles, and every byte term (operands,
 C, partials, the reduction's elements) is B times one product's. Split-K is searched only where
 the batch's tiles together leave SMs idle (`candidates.split_k_searched`), and never past
-`candidates.MAX_WORKSPACE_BYTES` of partials.
+`candidates.max_workspace_bytes` of partials (1/32 of device memory).
 
 K phases (config.k_phases = p > 1, where an operand stored with its rows along K has a row stride
 that is not 16-byte aligned) run the split-K equations with p slices of ⌈K / p⌉ rows each, the
