@@ -79,6 +79,15 @@ def test_every_candidate_keeps_its_workspace_within_the_cap(shape, batch):
         assert resources.workspace_bytes(config, problem) <= candidates.max_workspace_bytes(H200), config.short()
 
 
+@pytest.mark.parametrize("m,n,k", [(64, 151937, 4096), (384, 151937, 8192), (256, 50257, 8192)])
+def test_unbatched_k_phases_of_odd_vocabularies_stay_under_the_cap(m, n, k):
+    """Unbatched products whose phases write up to 1.7 GiB keep them (a fixed 256 MiB cap had
+    turned these to 2-byte loads): 1/32 of the H200's memory binds only on batches."""
+    transpose_a = m > 64  # a weight gradient (dy's rows misaligned); the decode product NN
+    plan = model.plan_for_problem(Problem(m=m, n=n, k=k, transpose_a=transpose_a), H200)
+    assert plan.plain_config.k_phases == 8
+
+
 def test_k_phases_past_the_cap_are_not_offered_and_say_why():
     """16x50257x1024 NN (B's rows 2-byte aligned) runs in 8 K phases unbatched (24.5 MiB of
     partials); 256 of them would write 6.1 GiB, over 1/32 of the H200's 141 GiB (4.4 GiB)."""
