@@ -1,6 +1,7 @@
 """The `jtblas` command: `explain` a selection, `bench` (jtblas.bench), `calibrate` (jtblas.calibrate).
 
     jtblas explain 4096 4096 4096 --dtype bf16 --layout NN --gpu h200 --top 10
+    jtblas explain 128 128 64 --layout NT --batch 4096        # attention scores over batch x heads
     jtblas explain 16 12288 4096 --profile ~/.cache/jtblas/profiles/nvidia-h200-570.124.06.json
     jtblas bench ...          (arguments of jtblas.bench.cli)
     jtblas calibrate [--out FILE] [--quick] [--fit-constants]   (measures a hardware profile)
@@ -64,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--profile", metavar="FILE", default=None,
                        help="a calibrated hardware profile (JSON written by `jtblas calibrate`)")
     explain.add_argument("--top", type=_positive_int, default=10, help="rows of the table (default 10)")
+    explain.add_argument("--batch", type=_positive_int, default=1,
+                         help="independent products in one launch (vmap, batched dot_general; default 1)")
 
     commands.add_parser("bench", help="benchmarks (jtblas.bench); `jtblas bench --help` for its options",
                         add_help=False)
@@ -110,7 +113,7 @@ def _explain(args: argparse.Namespace) -> int:
             out_dtype=None if args.out_dtype is None else DTYPES[args.out_dtype],
             transpose_a=args.layout[0] == "T", transpose_b=args.layout[1] == "T",
             precision="highest" if args.precision == "highest" else None,
-            hardware=_profile_path(args.profile) if args.profile is not None else args.gpu,
+            hardware=_profile_path(args.profile) if args.profile is not None else args.gpu, batch=args.batch,
         )
     except (ValueError, TypeError) as error:  # everything explain is given comes from the user
         print(f"{PROGRAM} explain: error: {error}", file=sys.stderr)

@@ -142,6 +142,8 @@ class Problem:
       lda, ldb: elements between consecutive stored rows of A (B), at least the stored row length
         (K for A, M for a transposed A; N for B, K for a transposed B); 0 (the default) means
         dense. Only a repacked problem (`jtblas.model.repack`) has padded rows.
+      batch: independent products of these sizes run by one launch (its grid's batch axis), each
+        with its own A, B and C (`vmap`, batched `dot_general`); 1 (the default) is one product.
     """
 
     m: int
@@ -154,9 +156,10 @@ class Problem:
     input_precision: str = "tf32"
     lda: int = 0
     ldb: int = 0
+    batch: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("m", "n", "k"):
+        for name in ("m", "n", "k", "batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Problem.{name} must be a positive int, got {value!r}")
@@ -203,10 +206,12 @@ class Problem:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of the product: 2·M·N·K."""
-        return 2 * self.m * self.n * self.k
+        """Floating-point operations of the products: 2·batch·M·N·K."""
+        return 2 * self.batch * self.m * self.n * self.k
 
     def short(self) -> str:
-        """A compact one-line name, e.g. `4096x4096x4096 bfloat16 NN`."""
+        """A compact one-line name, e.g. `4096x4096x4096 bfloat16 NN` (`4096 x 64x64x4096 ...` for
+        a batch of 4096 products)."""
         padded = "".join(f" {name}={value}" for name, value in (("lda", self.lda), ("ldb", self.ldb)) if value)
-        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}"
+        batch = f"{self.batch} x " if self.batch > 1 else ""
+        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}"

@@ -15,6 +15,7 @@ from jtblas.constants import DEFAULT_CONSTANTS, Constants
 KIB = 1024
 MB = 1000**2
 TERA = 1e12
+GIB = 1024**3
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,8 @@ class Hardware:
       tma: the tensor-memory accelerator (Hopper) and a launcher that allocates the global
         scratch its device-side descriptors need (jaxlib ≥ 0.11 on the GPU; `detect` checks).
       launch_seconds: fixed cost of one kernel launch seen from the device (s).
+      memory_bytes: device memory (bytes), an upper bound: a product whose operands, output and
+        workspace need more is refused before anything is launched (`jtblas.model.resources.memory_errors`).
       source: where the numbers come from (a built-in, or the calibrated profile's path and date).
       constants: calibrated values of `jtblas.constants.Constants` fields (name → value) that
         replace the model's defaults on this GPU; empty for the built-ins.
@@ -66,6 +69,8 @@ class Hardware:
     source: str = "built-in"
     constants: dict[str, float] = dataclasses.field(default_factory=dict)
     tma: bool = False
+    # 80 GiB, the A100's and H100's: a description that does not say still refuses the absurd.
+    memory_bytes: int = 80 * GIB
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -137,6 +142,9 @@ H200 = Hardware(
     # A's short rows masked (2026-12-01) the measured cost ranks as well or better (offline over
     # the 2026-11-30 searches, and on the GPU: 2026-12-01, BENCHMARKS.md at 705f18b).
     launch_seconds=1.1e-6,
+    # Datasheet 141 GB, read as GiB: an upper bound (the lent H200 has about 139 GiB usable), so
+    # the refusal never turns away a product that fits.
+    memory_bytes=141 * GIB,
     source="built-in: datasheet, sustained rates measured with cuBLAS and copies on an H200 (2026-11)",
     **_HOPPER_SM,
 )
@@ -145,6 +153,7 @@ H100 = dataclasses.replace(
     H200,
     name="h100",
     full_name="NVIDIA H100 SXM5 80GB",
+    memory_bytes=80 * GIB,
     # Datasheet 3.35 TB/s; x0.9 the copy efficiency measured on the H200 (4.3 / 4.8).
     dram_bytes_per_s=3.0e12,
     l2_bytes_per_s=10.5e12,

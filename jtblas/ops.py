@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import math
 from typing import Any, NamedTuple
@@ -32,6 +33,12 @@ from jtblas.model import repack, resources
 from jtblas.precision import input_precision
 
 _INDEX_32_LIMIT = 2**31
+# CUDA's grid limits (CUDA C++ Programming Guide, "Technical Specifications per Compute
+# Capability"): 2^31 - 1 programs along x, 65535 along y and z. The batch is grid axis 1, so a
+# larger batch is launched in chunks of at most MAX_GRID_YZ entries (`_launch_gemm`); a module
+# attribute so that a test can lower it.
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535
 # Overrides the model's repacking decision while tracing (`repack_mode`): tests and experiments.
 _REPACK_MODE: contextvars.ContextVar[str] = contextvars.ContextVar("jtblas_repack_mode", default="auto")
 
@@ -271,7 +278,7 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
     problem = Problem(
         m=m, n=n, k=k, dtype=jnp.dtype(a.dtype).name, out_dtype=static.out_dtype,
         transpose_a=static.transpose_a, transpose_b=static.transpose_b,
-        input_precision=static.input_precision,
+        input_precision=static.input_precision, batch=batch,
     )
     config = static.config
     hw = launch_hardware([a, b])
@@ -356,6 +363,7 @@ def launch_spec(
     # A shifted operand's tiles start up to vector - 1 rows (columns) before C's.
     tiles = (math.ceil((m + (vector - 1) * shift_a) / config.block_m)
              * math.ceil((n + (vector - 1) * shift_b) / config.block_n))
+    _check_grid(tiles, batch, split, problem, config)
     atomic = atomic and split > 1
     biggest = max(*_stored_elements(problem), m * n * (1 if atomic else split)) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
@@ -408,6 +416,7 @@ def tma_launch_spec(
     hw = hw or hardware.detect()
     tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
     resident = _resident_programs(config, problem, hw)
+    _check_grid(min(tiles, resident), batch, 1, problem, config)
     biggest = max(*_stored_elements(problem), problem.m * problem.n) * batch
     return LaunchSpec(
         grid=(min(tiles, resident), batch),
@@ -422,6 +431,15 @@ def tma_launch_spec(
             INDEX_64=biggest >= _INDEX_32_LIMIT,
         ),
     )
+
+
+def _check_grid(programs: int, batch: int, split: int, problem: Problem, config: Config) -> None:
+    """Raises ValueError where a grid (programs, batch, split) passes CUDA's limits (`_launch_gemm`
+    chunks the batch before it gets here)."""
+    if programs > MAX_GRID_X or batch > MAX_GRID_YZ or split > MAX_GRID_YZ:
+        raise ValueError(
+            f"jtblas: the grid ({programs}, {batch}, {split}) of {config.short()} on {problem.short()} passes "
+            f"CUDA's limits ({MAX_GRID_X} programs along x, {MAX_GRID_YZ} along y and z)")
 
 
 def _resident_programs(config: Config, problem: Problem, hw: hardware.Hardware) -> int:
@@ -489,6 +507,9 @@ def _launch_gemm(
     [batch, M, N] buffer: that is C for an fp32 output (one launch), else `sum_splits_kernel`
     with one split casts it.
     """
+    if batch > MAX_GRID_YZ:
+        return _launch_gemm_chunked(a, b, problem, config, batch=batch, batch_strides=batch_strides,
+                                    deterministic=deterministic, hw=hw)
     split = config.k_slices
     atomic = split > 1 and not deterministic
     spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
@@ -524,6 +545,25 @@ def _launch_gemm(
         num_stages=reduction.num_stages,
         metaparams=reduction.metaparams,
     )
+
+
+def _launch_gemm_chunked(
+    a: jax.Array, b: jax.Array, problem: Problem, config: Config, *, batch: int,
+    batch_strides: tuple[int, int, int], deterministic: bool, hw: hardware.Hardware | None,
+) -> jax.Array:
+    """`_launch_gemm` over a batch larger than the grid's batch axis holds (MAX_GRID_YZ): one
+    launch per chunk of at most MAX_GRID_YZ entries, the results concatenated. The chunks' slices
+    and the concatenation copy their operands and C once more; batches this large are products of
+    small matrices, whose launches are few (2 at B = 70000)."""
+    chunks = []
+    for start in range(0, batch, MAX_GRID_YZ):
+        size = min(MAX_GRID_YZ, batch - start)
+        part_a = a[start:start + size] if batch_strides[0] else a
+        part_b = b[start:start + size] if batch_strides[1] else b
+        part = dataclasses.replace(problem, batch=size)
+        chunks.append(_launch_gemm(part_a, part_b, part, config, batch=size, batch_strides=batch_strides,
+                                   deterministic=deterministic, hw=hw))
+    return jnp.concatenate(chunks, axis=0)
 
 
 def divisibility_unit(value: int, limit: int) -> int:
@@ -634,6 +674,6 @@ def launch_hardware(operands: list[Any]) -> hardware.Hardware:
 def check_config(config: Any, problem: Problem, hw: hardware.Hardware | None = None) -> None:
     """Raises if `config` is not a Config or cannot run `problem` on the GPU in use."""
     hw = hw or hardware.detect()
-    errors = resources.fit_errors(config, problem, hw)
+    errors = resources.fit_errors(config, problem, hw) + resources.memory_errors(problem, hw, config)
     if errors:
         raise ValueError(f"jtblas.matmul: config {config} cannot run: " + "; ".join(errors))

@@ -40,10 +40,10 @@ def dtype_name(dtype: Any) -> str:
 
 def make_problem(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
-    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
+    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None, batch: int = 1,
 ) -> Problem:
     """A `Problem` from user-facing arguments (see `select`)."""
-    for name, value in (("M", m), ("N", n), ("K", k)):
+    for name, value in (("M", m), ("N", n), ("K", k), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"jtblas: {name} must be a positive integer, got {value!r}")
     operand = dtype_name(dtype)
@@ -51,14 +51,14 @@ def make_problem(
         m=int(m), n=int(n), k=int(k), dtype=operand,
         out_dtype=operand if out_dtype is None else dtype_name(out_dtype),
         transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
-        input_precision=input_precision(precision),
+        input_precision=input_precision(precision), batch=int(batch),
     )
 
 
 def select(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
-    hardware: str | hardware_lib.Hardware | None = None,
+    hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
 ) -> Config:
     """The model's configuration for C[M, N] = op(A) · op(B) with op(A) [M, K], op(B) [K, N].
 
@@ -69,6 +69,13 @@ def select(
       transpose_a, transpose_b: the operand is stored transposed (A as [K, M], B as [N, K]).
       precision: a JAX precision for fp32 operands (HIGHEST → full fp32, else tf32).
       hardware: "h200", "h100", "a100", a `jtblas.hardware.Hardware`, or None to detect the GPU.
+      batch: independent products of these sizes in one launch (what `vmap` or a batched
+        `dot_general` launches); the model counts waves over the batch's tiles and sizes
+        split-K's workspace by it.
+
+    Raises:
+      ValueError: a size or batch that is not a positive integer, or products whose operands and
+        output cannot fit the GPU's memory (named with their sizes).
 
     Returns:
       The fastest predicted `Config` among `candidates(...)`, or, where the model repacks
@@ -76,28 +83,28 @@ def select(
       padded problem; the same every time (cached).
     """
     problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                           transpose_b=transpose_b, precision=precision)
+                           transpose_b=transpose_b, precision=precision, batch=batch)
     return model.plan_for_problem(problem, hardware_lib.get(hardware)).config
 
 
 def candidates(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
-    hardware: str | hardware_lib.Hardware | None = None,
+    hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
 ) -> list[Config]:
     """The whole search space the model ranks for this problem, in a fixed order (arguments as
     for `select`); the exhaustive-search oracle times exactly this list. These are the configs of
     the operands as given: a repacked problem's configs are ranked on the padded problem
     (`explain(...).plan`)."""
     problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                           transpose_b=transpose_b, precision=precision)
+                           transpose_b=transpose_b, precision=precision, batch=batch)
     return model.candidates_for_problem(problem, hardware_lib.get(hardware))
 
 
 def explain(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
-    hardware: str | hardware_lib.Hardware | None = None,
+    hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
 ) -> model.Explanation:
     """Every candidate ranked by predicted time with its terms (arguments as for `select`).
 
@@ -106,5 +113,5 @@ def explain(
     `result.ranked[0].config == select(...)`.
     """
     problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                           transpose_b=transpose_b, precision=precision)
+                           transpose_b=transpose_b, precision=precision, batch=batch)
     return model.explain_problem(problem, hardware_lib.get(hardware))

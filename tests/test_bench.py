@@ -407,6 +407,38 @@ def test_a_product_record_through_jax_on_the_cpu():
     assert record["contenders"]["xla"]["round_seconds"]
 
 
+@pytest.mark.parametrize("layout", ["NT", "NN"])
+def test_a_batched_product_record_through_jax_on_the_cpu(layout):
+    """A batched row (attention-like, batch x heads = 3) runs jtblas.dot_general against
+    lax.dot_general with batch dimensions, in the same loop; the record carries the batch."""
+    from jtblas import hardware
+
+    shape = shapes.Shape(name="attention.scores.t", set="batched", family="attention", regime="scores", m=8,
+                         n=24, k=16, layout=layout, dtype="bfloat16", batch=3)
+    as_, bs = jax_loop.operands(shape, 1)
+    assert as_[0].shape == (3, 8, 16) and bs[0].shape == ((3, 24, 16) if layout == "NT" else (3, 16, 24))
+    assert jax_loop.jtblas_dot(shape)(as_[0], bs[0]).shape == (3, 8, 24)
+    record = through_jax.time_product([shape], l2_bytes=1, hardware=hardware.H200, rounds=1, trials=1,
+                                      target_s=1e-9)
+    assert "error" not in record and record["batch"] == 3 and record["key"] == f"3 x 8x24x16 bfloat16 {layout}"
+    assert record["rel_diff"] < 1e-2 and record["flops"] == 2 * 3 * 8 * 24 * 16
+    assert {"seconds", "round_seconds"} <= set(record["contenders"]["jtblas"])
+
+
+def test_the_batched_set_adds_rows_without_changing_the_others():
+    """The unbatched sets keep their rows (676; 20 quick); batched.csv adds 30 (2 quick), each with
+    its batch (attention's batch x heads 32-4096, 8 MoE experts)."""
+    unbatched = ("models", "odd", "deepk", "square")
+    assert sum(len(shapes.load_set(name)) for name in unbatched) == 676
+    assert len(shapes.load(unbatched, quick=True)) == 20
+    rows = shapes.load_set("batched")
+    assert len(rows) == 30 and sum(r.quick for r in rows) == 2
+    assert {r.batch for r in rows if r.family == "attention"} == {32, 512, 4096}
+    assert {r.batch for r in rows if r.family == "moe"} == {8}
+    assert all(r.batch == 1 for name in unbatched for r in shapes.load_set(name))
+    assert len(shapes.load(quick=True)) == 22 and len(shapes.load()) == 706
+
+
 # ------------------------------------------------------------------------------ the report of record
 
 

@@ -204,3 +204,19 @@ def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
         assert launch._call_target((384, 128)) == ffi
         patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: False)
         assert launch._call_target((384, 128)) == "triton_kernel_call"
+
+
+def test_64_bit_offsets_compile_for_sm90():
+    """A transposed A of 64 x 2^25 bf16 (2^31 elements, 4 GiB; nothing is allocated): the launch
+    indexes in int64 (INDEX_64, strides cast in the kernel) and the kernel compiles."""
+    a = jax.ShapeDtypeStruct((64, 2**25), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((64, 64), jnp.bfloat16)
+    text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_a=True), a, b)
+    assert "triton_kernel_call" in text
+
+
+def test_a_batch_past_65535_lowers_to_chunked_launches():
+    a = jax.ShapeDtypeStruct((70000, 16, 32), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((70000, 32, 16), jnp.bfloat16)
+    text = lower_for_cuda(jax.vmap(jtblas.matmul), a, b)
+    assert text.count("triton_kernel_call") == 2

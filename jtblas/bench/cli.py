@@ -1,7 +1,7 @@
 """`jtblas bench` (also `python -m jtblas.bench`): jtblas against XLA as a JAX user runs both.
 
-    jtblas bench                                  # the quick rows of every set (20 shapes), ~1 min
-    jtblas bench --all --out bench-out            # every row: 17 model families, odd, deep-K, square
+    jtblas bench                                  # the quick rows of every set (22 shapes), ~1 min
+    jtblas bench --all --out bench-out            # every row: 17 model families, odd, deep-K, square, batched
     jtblas bench --shapes models --max-m 16       # the decode rows
     jtblas bench --models                         # also whole Flax model steps (flax.linen.Dense vs jtblas.nn.Dense)
     jtblas bench --torch                          # also the torch-launch contenders (oracle, cuBLAS, tutorial)
@@ -130,6 +130,10 @@ def _torch(args, rows, out: Path, log) -> None:
         return
     from jtblas.bench import torch_runner
 
+    batched = [r for r in rows if r.batch > 1]
+    if batched:  # the torch launcher times one product per launch
+        log(f"{PROGRAM}: the torch-launch contenders skip the {len(batched)} batched rows (timed through JAX only)")
+        rows = [r for r in rows if r.batch == 1]
     torch_args = argparse.Namespace(**vars(args))
     torch_args.out = str(out / "torch")
     runner = torch_runner.Runner(torch_args)

@@ -41,7 +41,7 @@ def plan_rows(shapes, hardware) -> list[dict]:
         select_s = time.perf_counter() - start
         estimate = cost.estimate(plan.config, plan.kernel_problem, hardware, hardware.model_constants())
         rows.append(dict(
-            name=shape.name, set=shape.set, shape=f"{shape.m}x{shape.n}x{shape.k} {shape.layout}",
+            name=shape.name, set=shape.set, shape=shape.key().replace(f" {shape.dtype}", ""),
             dtype=shape.dtype, config=plan.config.short(), config_fields=dataclasses.asdict(plan.config),
             repacked="A" * plan.pad_a + "B" * plan.pad_b + "ᵀ" * plan.transpose_b,
             predicted_seconds=plan.predicted_seconds, tflops=shape.flops / plan.predicted_seconds / 1e12,

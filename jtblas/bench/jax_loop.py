@@ -49,25 +49,38 @@ def loop_unroll(sets: int, estimate_s: float = 0.0) -> int:
     return int(min(most, max(1, math.ceil(BODY_TARGET_S / (sets * estimate_s)))))
 
 
+def dimension_numbers(shape) -> tuple:
+    """`dot_general` dimension numbers contracting the stored layouts directly (no explicit
+    transpose); a batched shape's operands are [batch, ., .] with batch dimension 0."""
+    batched = shape.batch > 1
+    ca = (0 if shape.transpose_a else 1) + batched
+    cb = (1 if shape.transpose_b else 0) + batched
+    return ((ca,), (cb,)), (((0,), (0,)) if batched else ((), ()))
+
+
 def xla_dot(shape) -> Callable:
-    """`lax.dot_general` contracting the stored layouts directly (no explicit transpose)."""
+    """`lax.dot_general` on the stored layouts (`dimension_numbers`)."""
     import jax
     import jax.numpy as jnp
 
-    ca = 0 if shape.transpose_a else 1
-    cb = 1 if shape.transpose_b else 0
+    dims = dimension_numbers(shape)
     out = jnp.dtype(shape.dtype)
 
     def dot(a, b):
-        return jax.lax.dot_general(a, b, (((ca,), (cb,)), ((), ())), preferred_element_type=out)
+        return jax.lax.dot_general(a, b, dims, preferred_element_type=out)
 
     return dot
 
 
 def jtblas_dot(shape, config=None) -> Callable:
     """`jtblas.matmul` on the stored layouts; `config=None` runs the model's whole plan (what a
-    user's call runs, repacking included)."""
+    user's call runs, repacking included). A batched shape runs `jtblas.dot_general` with
+    XLA's dimension numbers (one launch over the batch; `config` does not apply)."""
     import jtblas
+
+    if shape.batch > 1:
+        dims = dimension_numbers(shape)
+        return lambda a, b: jtblas.dot_general(a, b, dims)
 
     def dot(a, b):
         return jtblas.matmul(a, b, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b, config=config)
@@ -90,7 +103,8 @@ def loop_function(dot: Callable, unroll: int) -> Callable:
             new_as, cs = [], []
             for a, b in zip(as_, bs):
                 c = dot(a, b)
-                new_as.append(a.at[0, 0].set(jnp.tanh(c[0, 0].astype(jnp.float32)).astype(a.dtype)))
+                first_c = c[(0,) * c.ndim].astype(jnp.float32)
+                new_as.append(a.at[(0,) * a.ndim].set(jnp.tanh(first_c).astype(a.dtype)))
                 cs.append(c)
             return new_as, cs
 
@@ -111,13 +125,16 @@ def loop_function(dot: Callable, unroll: int) -> Callable:
 
 
 def operands(shape, sets: int, seed: int = 0) -> tuple[list, list]:
-    """`sets` seeded random (A, B) pairs in the shape's stored layouts and dtype, on the device."""
+    """`sets` seeded random (A, B) pairs in the shape's stored layouts and dtype (each with a
+    leading batch axis for a batched shape), on the device."""
     import jax
     import jax.numpy as jnp
 
     dtype = jnp.dtype(shape.dtype)
     a_shape = (shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k)
     b_shape = (shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n)
+    if shape.batch > 1:
+        a_shape, b_shape = (shape.batch, *a_shape), (shape.batch, *b_shape)
     keys = jax.random.split(jax.random.key(seed), 2 * sets)
     as_ = [jax.random.normal(keys[2 * i], a_shape, dtype) for i in range(sets)]
     bs = [jax.random.normal(keys[2 * i + 1], b_shape, dtype) for i in range(sets)]

@@ -4,8 +4,10 @@
 
 Every set is a CSV with columns name,family,regime,M,N,K,layout,dtype,quick. `layout` is
 BLAS-style: the first letter says whether A is stored transposed ([K, M]), the second B ([N, K]).
-`quick` marks the `--quick` subset. The model families' dimensions are the public `config.json`
-values listed in `FAMILIES` (and `families.csv`, written beside the sets, names each source).
+`quick` marks the `--quick` subset. `batched.csv` adds a `batch` column: that many independent
+products of the row's sizes in one call (attention's batch x heads, MoE experts). The model
+families' dimensions are the public `config.json` values listed in `FAMILIES` (and
+`families.csv`, written beside the sets, names each source).
 The odd sizes are drawn from a fixed seed, so rerunning this script reproduces the committed files
 byte for byte.
 """
@@ -126,6 +128,7 @@ QUICK = {
     "square": {"sq1024", "sq4096"},
     "odd": set(),  # the first four rows (below)
     "deepk": {"deepk256x256x65536", "deepk128x128x32768"},
+    "batched": {"attention.scores.S128.D64.B4096", "moe.up.M64.E8"},
 }
 
 
@@ -205,7 +208,38 @@ def deepk():
     ]
 
 
-SETS = {"models": models, "odd": odd, "deepk": deepk, "square": square}
+# Attention products per (sequence, head dim), over batch x heads: scores S = Q·Kᵀ (NT: K stored
+# [seq, head_dim] is B stored [N, K]) and values O = P·V (NN), at sizes from 128x128x64 to
+# 2048x2048x128, keeping one call's scores at most 1 GiB (bf16).
+ATTENTION = ((128, 64), (256, 64), (512, 128), (1024, 128), (2048, 128))
+ATTENTION_BATCH_HEADS = (32, 512, 4096)
+MAX_SCORES_BYTES = 2**30
+# Mixtral-8x7B's experts (families.csv): 8 experts, each x [M, 4096] · W1 [4096, 14336] (up) and
+# h [M, 14336] · W2 [14336, 4096] (down), at tokens per expert M.
+MOE_EXPERTS = 8
+MOE_TOKENS = (16, 64, 256, 512)
+BATCHED_COLUMNS = [*COLUMNS, "batch"]
+
+
+def batched():
+    rows = []
+    for seq, head_dim in ATTENTION:
+        for heads in ATTENTION_BATCH_HEADS:
+            if heads * seq * seq * 2 > MAX_SCORES_BYTES:
+                continue
+            for regime, (m, n, k), layout in (("scores", (seq, seq, head_dim), "NT"),
+                                              ("values", (seq, head_dim, seq), "NN")):
+                name = f"attention.{regime}.S{seq}.D{head_dim}.B{heads}"
+                rows.append(dict(_row(name, "attention", regime, m, n, k, layout, name in QUICK["batched"]),
+                                 batch=heads))
+    for regime, (n, k) in (("up", (14336, 4096)), ("down", (4096, 14336))):
+        for m in MOE_TOKENS:
+            name = f"moe.{regime}.M{m}.E{MOE_EXPERTS}"
+            rows.append(dict(_row(name, "moe", regime, m, n, k, "NN", name in QUICK["batched"]), batch=MOE_EXPERTS))
+    return rows
+
+
+SETS = {"models": models, "odd": odd, "deepk": deepk, "square": square, "batched": batched}
 
 
 def write(path: Path, rows: list[dict], columns: list[str]) -> None:
@@ -219,7 +253,7 @@ def write(path: Path, rows: list[dict], columns: list[str]) -> None:
 def main(directory: Path = HERE) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, make in SETS.items():
-        write(directory / f"{name}.csv", make(), COLUMNS)
+        write(directory / f"{name}.csv", make(), BATCHED_COLUMNS if name == "batched" else COLUMNS)
     table = families()
     write(directory / "families.csv", table, list(table[0]))
 

@@ -1,6 +1,7 @@
 """The benchmark shape sets, package data in `jtblas/bench/shapes/` (written by
 `python -m jtblas.bench.make_shapes`): `*.csv` with columns name,family,regime,M,N,K,layout,dtype,
-quick, and `families.csv` naming each model family's public source."""
+quick (and batch in `batched.csv`: independent products per launch, 1 where absent), and
+`families.csv` naming each model family's public source."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from jtblas.config import OPERAND_DTYPE_BYTES, Problem
 
 SHAPES_DIR = Path(__file__).resolve().parent / "shapes"
-SET_NAMES = ("models", "odd", "deepk", "square")
+SET_NAMES = ("models", "odd", "deepk", "square", "batched")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 # Short names accepted in the dtype column.
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32"}
@@ -20,7 +21,8 @@ DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Shape:
-    """One benchmark GEMM: C[M, N] = op(A) · op(B) in `dtype` (output in the same dtype)."""
+    """One benchmark GEMM: C[M, N] = op(A) · op(B) in `dtype` (output in the same dtype), or with
+    `batch` > 1 that many independent ones (each its own A, B and C) in one call."""
 
     name: str
     set: str
@@ -32,6 +34,7 @@ class Shape:
     layout: str
     dtype: str
     quick: bool = False
+    batch: int = 1
 
     @property
     def group(self) -> str:
@@ -48,23 +51,25 @@ class Shape:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * self.batch * self.m * self.n * self.k
 
     @property
     def bytes_moved(self) -> int:
         """Compulsory DRAM traffic: read A and B once, write C once."""
         size = OPERAND_DTYPE_BYTES[self.dtype]
-        return (self.m * self.k + self.k * self.n + self.m * self.n) * size
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * size * self.batch
 
     def problem(self) -> Problem:
         return Problem(
             m=self.m, n=self.n, k=self.k, dtype=self.dtype, out_dtype=self.dtype,
-            transpose_a=self.transpose_a, transpose_b=self.transpose_b,
+            transpose_a=self.transpose_a, transpose_b=self.transpose_b, batch=self.batch,
         )
 
     def key(self) -> str:
-        """Identity of the GEMM itself (names may repeat a shape): `MxNxK dtype layout`."""
-        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"
+        """Identity of the GEMM itself (names may repeat a shape): `MxNxK dtype layout`, with
+        `B x ` in front for a batch of B products."""
+        batch = f"{self.batch} x " if self.batch > 1 else ""
+        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"
 
 
 def parse_row(row: dict[str, str], set_name: str) -> Shape:
@@ -75,6 +80,12 @@ def parse_row(row: dict[str, str], set_name: str) -> Shape:
         raise ValueError(f"{set_name}.csv: bad M/N/K in {row!r}") from error
     if min(m, n, k) < 1:
         raise ValueError(f"{set_name}.csv: M, N, K must be positive in {row!r}")
+    try:
+        batch = int((row.get("batch") or "1").strip())
+    except ValueError as error:
+        raise ValueError(f"{set_name}.csv: bad batch in {row!r}") from error
+    if batch < 1:
+        raise ValueError(f"{set_name}.csv: batch must be positive in {row!r}")
     layout = (row.get("layout") or "NN").strip().upper()
     if layout not in LAYOUTS:
         raise ValueError(f"{set_name}.csv: layout must be one of {LAYOUTS} in {row!r}")
@@ -86,7 +97,7 @@ def parse_row(row: dict[str, str], set_name: str) -> Shape:
     return Shape(
         name=name, set=set_name, family=(row.get("family") or set_name).strip(),
         regime=(row.get("regime") or row.get("family") or set_name).strip(), m=m, n=n, k=k,
-        layout=layout, dtype=dtype, quick=(row.get("quick") or "0").strip() in ("1", "true", "yes"),
+        layout=layout, dtype=dtype, quick=(row.get("quick") or "0").strip() in ("1", "true", "yes"), batch=batch,
     )
 
 

@@ -80,7 +80,7 @@ def time_product(rows: list[Shape], *, l2_bytes: int, hardware, rounds: int = 3,
         rows=[dict(name=r.name, family=r.family, regime=r.regime) for r in rows],
         families=sorted({r.family for r in rows}),
         regimes=sorted({r.regime for r in rows}), sets=sorted({r.set for r in rows}),
-        M=shape.m, N=shape.n, K=shape.k, layout=shape.layout, dtype=shape.dtype, flops=shape.flops,
+        M=shape.m, N=shape.n, K=shape.k, batch=shape.batch, layout=shape.layout, dtype=shape.dtype, flops=shape.flops,
         bytes=shape.bytes_moved, contenders={},
     )
     try:

@@ -194,7 +194,8 @@ def matmul_kernel(
     its partial with fp32 atomics (one launch; the order of the adds, hence the bits, may vary).
 
     EVEN_K: K is a multiple of BLOCK_K (of BLOCK_K·K_PHASES with phases), so the K loop needs no mask.
-    INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64.
+    INDEX_64: some operand has ≥ 2^31 elements, so offsets are computed in int64 (program ids and
+    strides cast once; off by default, so products below 2^31 elements keep int32 addressing).
     K_FROM_INDICES: how a K step is addressed (`reduce_k_blocks`).
     SWAP_AB: the tile is computed as Cᵀ = Bᵀ·Aᵀ (`reduce_k_blocks`); loads and stores are unchanged.
     SHORT_A_ROWS: 0, or M where all of A is shorter than a tile (M < BLOCK_M, one tile row): A's
@@ -233,6 +234,17 @@ def matmul_kernel(
     stride_ab = stride_ab * STRIDE_AB_UNIT
     stride_bb = stride_bb * STRIDE_BB_UNIT
     stride_cb = stride_cb * STRIDE_CB_UNIT
+    if INDEX_64:
+        # Every product with a stride in int64: an int32 BLOCK_K · stride_ak (the K loop's step) or
+        # offs_k · stride_ak wraps once a transposed A has 2^25 rows at BLOCK_K 64 (2^31 elements).
+        stride_am = tl.cast(stride_am, tl.int64)
+        stride_ak = tl.cast(stride_ak, tl.int64)
+        stride_bk = tl.cast(stride_bk, tl.int64)
+        stride_bn = tl.cast(stride_bn, tl.int64)
+        stride_cm = tl.cast(stride_cm, tl.int64)
+        stride_ab = tl.cast(stride_ab, tl.int64)
+        stride_bb = tl.cast(stride_bb, tl.int64)
+        stride_cb = tl.cast(stride_cb, tl.int64)
     pid = tl.program_id(0)
     batch = tl.program_id(1)
     if K_PHASES > 1:

@@ -81,6 +81,18 @@ SPLIT_K_MIN_K_STEPS = 2
 # partial traffic), and of the splits that satisfy every rule only the two largest are kept: a
 # split whose grid, doubled twice, still fits these limits leaves most SMs idle and loses to them.
 SPLIT_K_MAX_WAVES = 2
+# A split (split-K or K phases) writes batch · k_slices · M · N fp32 partials; above 1/32 of the
+# device's memory (`Hardware.memory_bytes`: 4.4 GiB on the H200, 2.5 GiB on 80 GiB GPUs) the plan
+# does not split, so the workspace never takes more than ~3% of what the model's own operands may
+# use. A split-K grid stays under SPLIT_K_MAX_WAVES waves, so on a 132-SM H200 its largest tile
+# (256x256, 256 KiB of fp32) writes at most 2 · 132 · 256 KiB = 66 MiB: the cap binds only on K
+# phases (an alignment, whose partials grow with M · N and the batch). Not lower: a fixed 256 MiB
+# changed 12 of 960 unbatched lm-head-like plans (M 64-384, odd vocabularies, 2026-12-04), e.g.
+# 64x151937x4096 from 8 K phases to 2-byte loads (which ran 1x50257x1600 38x slower than XLA on
+# the H200, `cost.loads_in_flight`); 1/32 changed none of them, nor any benchmark row (the
+# largest unbatched pick writes 24.5 MiB: 16x50257 in 8 phases). A batch is what it bounds:
+# before the model knew the batch, 4096 x 64x64x4096 planned a 1 GiB workspace for a 32 MiB result.
+MAX_WORKSPACE_FRACTION = 1 / 32
 
 
 def next_power_of_two(value: int) -> int:
@@ -165,6 +177,8 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if config.k_phases != 1 and config.k_phases != resources.needed_k_phases(problem):
         reasons.append(f"k_phases={config.k_phases}: the rows along K of {problem.short()} need "
                        f"{resources.needed_k_phases(problem)} phase(s) to start on 16-byte boundaries")
+    if config.k_phases != 1 and not workspace_fits(config.k_slices, problem, hardware):
+        reasons.append(_workspace_words(config.k_slices, problem, hardware))
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
@@ -184,14 +198,26 @@ def program_k_steps(config: Config, problem: Problem) -> int:
 
 
 def split_k_searched(problem: Problem, hardware: Hardware) -> bool:
-    """True when split-K candidates are searched: fewer 128x128 output tiles than SMs."""
+    """True when split-K candidates are searched: fewer 128x128 output tiles than SMs, over the
+    whole batch."""
     edge = SPLIT_K_REFERENCE_TILE
-    return -(-problem.m // edge) * -(-problem.n // edge) < hardware.sm_count
+    return -(-problem.m // edge) * -(-problem.n // edge) * problem.batch < hardware.sm_count
 
 
-def _split_fits(split_k: int, tiles: int, k_blocks: int, hardware: Hardware) -> bool:
+def max_workspace_bytes(hardware: Hardware) -> int:
+    """The most fp32 partials a split may write on `hardware` (MAX_WORKSPACE_FRACTION of its memory)."""
+    return int(hardware.memory_bytes * MAX_WORKSPACE_FRACTION)
+
+
+def workspace_fits(k_slices: int, problem: Problem, hardware: Hardware) -> bool:
+    """A split into `k_slices` keeps its fp32 partials within `max_workspace_bytes(hardware)`."""
+    partials = problem.batch * k_slices * problem.m * problem.n * resources.PARTIAL_BYTES
+    return partials <= max_workspace_bytes(hardware)
+
+
+def _split_fits(split_k: int, tiles: int, k_blocks: int, hardware: Hardware, problem: Problem) -> bool:
     return (split_k <= SPLIT_K_FACTORS[-1] and k_blocks >= SPLIT_K_MIN_K_STEPS * split_k
-            and tiles * split_k < SPLIT_K_MAX_WAVES * hardware.sm_count)
+            and tiles * split_k < SPLIT_K_MAX_WAVES * hardware.sm_count and workspace_fits(split_k, problem, hardware))
 
 
 def _split_tile(block_n: int, problem: Problem, hardware: Hardware) -> bool:
@@ -207,20 +233,29 @@ def split_k_rejections(config: Config, problem: Problem, hardware: Hardware) -> 
         return [f"split_k={split} not in {SPLIT_K_FACTORS}"]
     edge = SPLIT_K_REFERENCE_TILE
     if not split_k_searched(problem, hardware):
-        return [f"{-(-problem.m // edge) * -(-problem.n // edge)} tiles of {edge}x{edge} fill the "
+        batch = f" x batch {problem.batch}" if problem.batch > 1 else ""
+        return [f"{-(-problem.m // edge) * -(-problem.n // edge)} tiles of {edge}x{edge}{batch} fill the "
                 f"{hardware.sm_count} SMs: no split-K"]
     reasons = []
     if not _split_tile(config.block_n, problem, hardware):
         reasons.append(f"a {config.block_m}x{config.block_n} tile is not split (narrow: fills SMs unsplit)")
-    tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+    if not workspace_fits(split, problem, hardware):
+        reasons.append(_workspace_words(split, problem, hardware))
+    tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n) * problem.batch
     k_blocks = -(-problem.k // config.block_k)
     if k_blocks < SPLIT_K_MIN_K_STEPS * split:
         reasons.append(f"{k_blocks} K blocks leave fewer than {SPLIT_K_MIN_K_STEPS} per split of {split}")
     if tiles * split >= SPLIT_K_MAX_WAVES * hardware.sm_count:
         reasons.append(f"{tiles} tiles x split {split} reach {SPLIT_K_MAX_WAVES} waves of {hardware.sm_count} SMs")
-    if not reasons and _split_fits(4 * split, tiles, k_blocks, hardware):
+    if not reasons and _split_fits(4 * split, tiles, k_blocks, hardware, problem):
         reasons.append(f"split {4 * split} also fits: split {split} leaves most SMs idle")
     return reasons
+
+
+def _workspace_words(k_slices: int, problem: Problem, hardware: Hardware) -> str:
+    partials = problem.batch * k_slices * problem.m * problem.n * resources.PARTIAL_BYTES
+    return (f"{k_slices} K slices write {partials / 2**20:.0f} MiB of fp32 partials, over the "
+            f"{max_workspace_bytes(hardware) // 2**20} MiB workspace cap (1/32 of {hardware.name}'s memory)")
 
 
 def _enough_accumulators(block_m: int, block_n: int, num_warps: int) -> bool:
@@ -300,7 +335,7 @@ def _phase_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
     its rows along K is not 16-byte aligned row to row (`resources.needed_k_phases`): the fewest
     phases that align it, with the stage range of a phase's shorter K loop."""
     phases = resources.needed_k_phases(problem)
-    if phases == 1:
+    if phases == 1 or not workspace_fits(phases, problem, hardware):
         return []
     low_s = min_stages(problem, hardware)
     result = []
@@ -349,10 +384,11 @@ def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware)
     for config in plain:
         if not _split_tile(config.block_n, problem, hardware):
             continue
-        tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+        tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n) * problem.batch
         k_blocks = -(-problem.k // config.block_k)
         for split in SPLIT_K_FACTORS:
-            if not _split_fits(split, tiles, k_blocks, hardware) or _split_fits(4 * split, tiles, k_blocks, hardware):
+            if (not _split_fits(split, tiles, k_blocks, hardware, problem)
+                    or _split_fits(4 * split, tiles, k_blocks, hardware, problem)):
                 continue
             if config.num_stages <= max(low_s, -(-k_blocks // split) + 1):
                 result.append(dataclasses.replace(config, split_k=split))

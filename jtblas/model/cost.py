@@ -35,6 +35,12 @@ the first kernel and read back by the reduction kernel, which adds a second laun
                                        busiest SM's padded blocks' bytes / load port)
     reduce_bytes = s·M·N·4 + M·N·out_bytes
 
+A batch (problem.batch = B > 1 independent products, the launch's batch grid axis) multiplies the
+grid, hence the waves, by B: tiles counts every batch entry's tiles, and every byte term (operands,
+C, partials, the reduction's elements) is B times one product's. Split-K is searched only where
+the batch's tiles together leave SMs idle (`candidates.split_k_searched`), and never past
+`candidates.max_workspace_bytes` of partials (1/32 of device memory).
+
 K phases (config.k_phases = p > 1, where an operand stored with its rows along K has a row stride
 that is not 16-byte aligned) run the split-K equations with p slices of ⌈K / p⌉ rows each, the
 shifted operand at full vector width and a K-contiguous one an element at a time (`vector_bytes`),
@@ -67,7 +73,7 @@ MIN_ASYNC_COPY_BYTES = 4
 class Estimate:
     """The predicted time of one config on one problem, with every term (seconds unless named).
 
-    Schedule: tiles, tiles_per_sm (on the busiest SM: the wave quantization), programs_per_sm
+    Schedule: tiles (over the whole batch), tiles_per_sm (on the busiest SM: the wave quantization), programs_per_sm
     (occupancy), waves (= ceil(tiles / (SMs · programs_per_sm))), active_sms, k_steps,
     padding_waste (fraction of the padded MMA work outside the problem), uses_wgmma.
     One K step of one program: step_mma, step_smem, step_load, step_overhead, step (= max of the
@@ -334,7 +340,7 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     reach = constants.full_vector_bytes // element - 1
     tiles_m = -(-(problem.m + reach * shift_a) // bm)
     tiles_n = -(-(problem.n + reach * shift_b) // bn)
-    tiles = tiles_m * tiles_n
+    tiles = tiles_m * tiles_n * problem.batch
     grid = tiles * split
     k_steps = candidates.program_k_steps(config, problem)  # per program: its slice of the K blocks
     programs = max(1, resources.programs_per_sm(config, problem, hardware))
@@ -394,8 +400,9 @@ def estimate(config: Config, problem: Problem, hardware: Hardware,
     # Whole GPU: DRAM and L2 traffic (every tile load crosses L2, padded tails included).
     # Split-K: the splits read disjoint K slices of the same panels, so the operands' DRAM bytes
     # are the plain tile's; the stores are the s fp32 partials.
-    operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants)
-    c_bytes = problem.m * problem.n * stored_bytes * split
+    # A batch entry's operands are its own: each entry reads them as one product would.
+    operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants) * problem.batch
+    c_bytes = problem.m * problem.n * stored_bytes * split * problem.batch
     dram_bytes = operand_dram + c_bytes
     operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
     l2_bytes = operand_l2 + c_bytes
@@ -429,7 +436,7 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
     SMs its programs (`resources.reduction_block` elements each, as `jtblas.ops.sum_splits_spec`
     launches them) occupy if there are few: the busiest SM streams ceil(programs / SMs) whole
     blocks (padded, like every tile here)."""
-    elements = problem.m * problem.n
+    elements = problem.m * problem.n * problem.batch  # one launch sums every batch entry's partials
     bytes_per_element = split_k * PARTIAL_BYTES + problem.out_bytes
     moved = elements * bytes_per_element
     block = resources.reduction_block(elements, hardware)

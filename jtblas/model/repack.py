@@ -150,7 +150,7 @@ def copy_seconds(problem: Problem, kernel_problem: Problem, operand: str, hardwa
     and writes the padded buffer at DRAM bandwidth, plus its launch."""
     rows, cols = stored_shape(problem, operand)
     rows_p, cols_p = stored_shape(kernel_problem, operand)
-    moved = (rows * cols + rows_p * cols_p) * problem.operand_bytes
+    moved = (rows * cols + rows_p * cols_p) * problem.operand_bytes * problem.batch
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
@@ -160,7 +160,7 @@ def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware)
     padded = kernel_problem.m * kernel_problem.n
     if padded == problem.m * problem.n:
         return 0.0
-    moved = (padded + problem.m * problem.n) * problem.out_bytes
+    moved = (padded + problem.m * problem.n) * problem.out_bytes * problem.batch
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
@@ -212,6 +212,9 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
     candidates = []
     for pad_a, pad_b, pad_k, transpose_b in options:
         kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k, transpose_b=transpose_b)
+        # The copies live beside the caller's operands until the product is done.
+        if resources.footprint_bytes(problem) + resources.footprint_bytes(kernel) > hardware.memory_bytes:
+            continue
         win = rank(kernel, hardware)[0]
         copies = sum(copy_seconds(problem, kernel, operand, hardware)
                      for operand, padded in (("a", pad_a), ("b", pad_b)) if padded)
@@ -220,6 +223,8 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
             best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b, transpose_b=transpose_b,
             predicted_seconds=win.predicted_seconds + copies, copy_seconds=copies,
         ))
+    if not candidates:
+        return dataclasses.replace(best, reason="the padded copies would not fit beside the operands in device memory")
     repacked = min(candidates, key=lambda p: (p.predicted_seconds, p.transpose_b))
     which = " and ".join(name for name, padded in (("A", repacked.pad_a), ("B", repacked.pad_b)) if padded)
     if repacked.transpose_b:

@@ -309,3 +309,38 @@ def programs_per_sm(config: Config, problem: Problem, hardware: Hardware) -> int
         thread_limited_programs(config, hardware),
         MAX_BLOCKS_PER_SM,
     )
+
+
+# Split-K and K-phase partials are fp32.
+PARTIAL_BYTES = 4
+GIB = 1024**3
+
+
+def footprint_bytes(problem: Problem) -> int:
+    """Device bytes the products need whatever the config: A and B as stored (their row strides
+    included) and C, for every batch entry."""
+    a_rows = problem.k if problem.transpose_a else problem.m
+    b_rows = problem.n if problem.transpose_b else problem.k
+    operands = (a_rows * problem.a_row_stride + b_rows * problem.b_row_stride) * problem.operand_bytes
+    return problem.batch * (operands + problem.m * problem.n * problem.out_bytes)
+
+
+def workspace_bytes(config: Config, problem: Problem) -> int:
+    """Bytes of the fp32 partials a split (split-K or K phases) writes: batch · k_slices · M · N · 4
+    (0 without a split)."""
+    if config.k_slices == 1:
+        return 0
+    return problem.batch * config.k_slices * problem.m * problem.n * PARTIAL_BYTES
+
+
+def memory_errors(problem: Problem, hardware: Hardware, config: Config | None = None) -> list[str]:
+    """Why `problem` (run by `config`, whose split adds its workspace) cannot fit `hardware`'s
+    device memory; empty when it fits. Checked before anything is planned or launched, so that an
+    absurd size is refused in words, not predicted in years."""
+    needed = footprint_bytes(problem) + (workspace_bytes(config, problem) if config is not None else 0)
+    if needed <= hardware.memory_bytes:
+        return []
+    what = "A, B and C" if config is None or config.k_slices == 1 else f"A, B, C and {config.short()}'s partials"
+    return [f"M={problem.m}, N={problem.n}, K={problem.k}, batch={problem.batch} ({problem.dtype}) need "
+            f"{needed / GIB:.4g} GiB for {what}, more than {hardware.name}'s {hardware.memory_bytes / GIB:.4g} GiB "
+            "of device memory"]

@@ -20,7 +20,7 @@ import functools
 
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
-from jtblas.model import cost
+from jtblas.model import cost, resources
 from jtblas.model.candidates import candidates_for_problem
 
 CACHE_SIZE = 4096
@@ -36,6 +36,9 @@ def _rank_key(item: tuple[int, cost.Estimate]) -> tuple:
 
 def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
     """Every candidate's estimate, fastest first (ties broken as the module doc says)."""
+    errors = resources.memory_errors(problem, hardware)
+    if errors:
+        raise ValueError(f"jtblas: {problem.short()} cannot run on {hardware.name}: " + "; ".join(errors))
     configs = candidates_for_problem(problem, hardware)
     if not configs:
         raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name} "
