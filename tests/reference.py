@@ -94,3 +94,12 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
     return triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=metaparams, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def use_jax_triton_031(monkeypatch) -> None:
+    """Has `jtblas.launch` take the installed stack for the GPU machine's (jax 0.11.2, triton
+    3.6.0, jax-triton 0.3.1), for tests of its jax-triton 0.3.1 adapter under any installed version."""
+    from jtblas import _compat
+
+    stack = _compat.check({"jax": "0.11.2", "triton": "3.6.0", "jax-triton": "0.3.1"})
+    monkeypatch.setattr(_compat, "stack", lambda: stack)
