@@ -103,3 +103,18 @@ def use_jax_triton_031(monkeypatch) -> None:
 
     stack = _compat.check({"jax": "0.11.2", "triton": "3.6.0", "jax-triton": "0.3.1"})
     monkeypatch.setattr(_compat, "stack", lambda: stack)
+
+
+def count_equations(jaxpr, primitive: str) -> int:
+    """How many equations of `primitive` run in `jaxpr` (a `jax.make_jaxpr` result), counting
+    each call of a sub-jaxpr (custom_vjp, pjit, ...). The printed jaxpr of jax 0.12 shows a
+    sub-jaxpr used several times once, so counting names in its text undercounts."""
+    inner = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr's Jaxpr (jax < 0.12 keeps them apart)
+    count = 0
+    for eqn in getattr(inner, "eqns", ()):
+        count += eqn.primitive.name == primitive
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
+                    count += count_equations(sub, primitive)
+    return count
