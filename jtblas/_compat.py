@@ -49,13 +49,17 @@ def parse(version: str) -> Version:
 
 
 def installed() -> dict[str, str | None]:
-    """Installed distribution versions (package metadata: nothing is imported)."""
-    found: dict[str, str | None] = {}
-    for name in ("jax", "triton", "jax-triton"):
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
+    """The versions in use: jax's and Triton's own (already imported by jtblas; whatever the
+    distribution is named: torch's nightlies ship Triton as pytorch-triton), jax-triton's from its
+    package metadata (importing it needs the jax CUDA plugin)."""
+    import jax
+    import triton
+
+    found: dict[str, str | None] = {"jax": jax.__version__, "triton": triton.__version__}
+    try:
+        found["jax-triton"] = importlib.metadata.version("jax-triton")
+    except importlib.metadata.PackageNotFoundError:
+        found["jax-triton"] = None
     return found
 
 
