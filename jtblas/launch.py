@@ -1,7 +1,7 @@
 """One call shape, two backends: a `@triton.jit` kernel on the arrays' platform.
 
 - CUDA: `jax_triton.triton_call` (imported lazily: jax-triton cannot be imported with a
-  CPU-only jaxlib).
+  CPU-only jaxlib), 0.3.1 adapted below or 0.4.x as it is; `jtblas._compat` checks the versions.
 - CPU: Triton's interpreter over NumPy buffers inside `jax.pure_callback`. Same kernel, grid and
   meta-parameters. bf16 operands are upcast to fp32 first (the interpreter computes bf16 `tl.dot`
   on raw bits, upstream triton issue 11584; exact, since accumulation is fp32 anyway), and a bf16
@@ -17,6 +17,7 @@ import contextlib
 import functools
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from jtblas import sharding
+from jtblas import _compat, sharding
 
 _override = threading.local()
 
@@ -95,6 +96,29 @@ def launch(
     if isinstance(zeroed_outputs, bool):
         zeroed_outputs = (0,) if zeroed_outputs else ()
     zeroed_outputs = tuple(zeroed_outputs)
+    stack = _compat.stack()
+    if platform == "cuda" and stack.jax_triton_lowers_to_ffi:
+        outs = list(out_shape) if several else [out_shape]
+        if global_scratch is not None:
+            _register_global_scratch(kernel, global_scratch)
+        with warnings.catch_warnings():
+            # Deprecated in jax-triton 0.4 for Refs (jax_triton/triton_lib.py), still honoured there.
+            warnings.filterwarnings("ignore", "zeroed_outputs is deprecated", DeprecationWarning)
+            results = _jax_triton().triton_call(
+                *args,
+                kernel=kernel,
+                out_type=outs,
+                grid=grid,
+                num_warps=num_warps,
+                num_stages=num_stages,
+                compute_capability=compute_capability,
+                zeroed_outputs=zeroed_outputs,
+                # jax-triton 0.3.1's default; Triton 3.10 turns it off by default (triton/knobs.py).
+                backend_options={"enable_fp_fusion": True},
+                **metaparams,
+            )
+        results = sharding.vary_like(results, arrays)
+        return tuple(results) if several else results[0]
     if platform == "cuda":
         target = _call_target(global_scratch)
         outs = list(out_shape) if several else [out_shape]
@@ -141,10 +165,10 @@ def global_scratch_supported(platform: str) -> bool:
     """Whether a kernel launched on `platform` ("cuda" or "cpu") can have global scratch: always
     under the interpreter; on CUDA when jaxlib's Triton kernel call allocates it (jaxlib ≥ 0.11,
     whose `TritonKernel` takes `global_scratch_size`; jax-triton 0.3.1 does not pass it, so
-    `_jax_triton` wraps jaxlib's module to)."""
+    `_jax_triton` wraps jaxlib's module to), and not with jax-triton 0.4.x (`_register_global_scratch`)."""
     if platform == "cpu":
         return True
-    return _jaxlib_kernel_takes_scratch()
+    return _jaxlib_kernel_takes_scratch() and not _compat.stack().jax_triton_lowers_to_ffi
 
 
 @functools.cache
@@ -161,6 +185,16 @@ _GLOBAL_SCRATCH: dict[str, tuple[int, int]] = {}
 
 
 def _register_global_scratch(kernel: Any, scratch: tuple[int, int]) -> None:
+    stack = _compat.stack()
+    if stack.jax_triton_lowers_to_ffi:
+        # jax-triton 0.4.x has jaxlib allocate the scratch per launch, which fails where XLA
+        # captures the call into a CUDA graph (H200, triton 3.9.0, jax-triton 0.4.1, 2026-12-01),
+        # and checks that a call's outputs match the kernel's parameters, so `_scratch_output`
+        # cannot be passed.
+        version = ".".join(map(str, stack.jax_triton))
+        raise RuntimeError(
+            f"jtblas: kernel {kernel.fn.__name__} needs global scratch, which jtblas cannot give it "
+            f"with jax-triton {version} (jax-triton 0.3.1 with triton 3.6 can); use a Config with tma=False")
     if not _jaxlib_kernel_takes_scratch():
         raise RuntimeError(
             f"jtblas: kernel {kernel.fn.__name__} needs global scratch, which this jaxlib's Triton "
@@ -294,13 +328,13 @@ def _ffi_target_registered() -> bool:
 def _jax_triton() -> Any:
     """jax_triton, imported on first CUDA launch (it cannot be imported with a CPU-only jaxlib).
 
-    jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which turns off Triton's on-disk
+    jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported (0.4.x removes it), which turns off Triton's on-disk
     cache for every other kernel of the process (a later `kernel[grid](...)` then fails with
     "Could not create or locate cache dir"); the caller's setting is put back. Where jaxlib can
     allocate global scratch, its kernel library is wrapped (`_ScratchAwareKernelLibrary`), kernels
     with a scratch output are compiled by `_jtblas_kernels`, and jax-triton's
     lowering gives calls to jaxlib's typed-FFI target its calling convention (`_JaxForJaxTriton`;
-    `_call_target` chooses it).
+    `_call_target` chooses it). jax-triton 0.4.x is used as it is.
     """
     saved = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
@@ -309,6 +343,8 @@ def _jax_triton() -> Any:
         os.environ.pop("TRITON_CACHE_DIR", None)
     else:
         os.environ["TRITON_CACHE_DIR"] = saved
+    if _compat.stack().jax_triton_lowers_to_ffi:
+        return jax_triton  # the typed-FFI target is its own; nothing is wrapped (`jtblas._compat`)
     import jax_triton.triton_lib as triton_lib
 
     if _jaxlib_kernel_takes_scratch() and not isinstance(triton_lib.triton_kernel_call_lib, _ScratchAwareKernelLibrary):

@@ -94,3 +94,27 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
     return triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=metaparams, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def use_jax_triton_031(monkeypatch) -> None:
+    """Has `jtblas.launch` take the installed stack for the GPU machine's (jax 0.11.2, triton
+    3.6.0, jax-triton 0.3.1), for tests of its jax-triton 0.3.1 adapter under any installed version."""
+    from jtblas import _compat
+
+    stack = _compat.check({"jax": "0.11.2", "triton": "3.6.0", "jax-triton": "0.3.1"})
+    monkeypatch.setattr(_compat, "stack", lambda: stack)
+
+
+def count_equations(jaxpr, primitive: str) -> int:
+    """How many equations of `primitive` run in `jaxpr` (a `jax.make_jaxpr` result), counting
+    each call of a sub-jaxpr (custom_vjp, pjit, ...). The printed jaxpr of jax 0.12 shows a
+    sub-jaxpr used several times once, so counting names in its text undercounts."""
+    inner = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr's Jaxpr (jax < 0.12 keeps them apart)
+    count = 0
+    for eqn in getattr(inner, "eqns", ()):
+        count += eqn.primitive.name == primitive
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
+                    count += count_equations(sub, primitive)
+    return count

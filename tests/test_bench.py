@@ -505,7 +505,15 @@ def test_report_only_merges_parts_with_model_steps(tmp_path):
 def test_bench_with_jax_only_takes_its_cpu_path_and_says_what_it_skipped(tmp_path):
     """No torch importable and no GPU: `jtblas bench --torch --models` says what it skips, runs
     the model's plans and the CPU checks, and exits 0 without a traceback."""
-    code = ("import sys; sys.modules['torch'] = None\n"
+    # A finder that refuses torch, as an environment without it does; `sys.modules['torch'] = None`
+    # breaks Triton 3.9's argument specializer ("'NoneType' object has no attribute 'Tensor'",
+    # triton/runtime/jit.py mangle_type), which no machine without torch sees.
+    code = ("import importlib.abc, sys\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name.partition('.')[0] == 'torch':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
             "from jtblas.bench import cli\n"
             "assert 'torch is not installed' in cli.torch_problem()\n"
             "sys.exit(cli.main(['--shapes', 'deepk', '--max-shapes', '2', '--torch', '--models', "

@@ -14,6 +14,7 @@ import pytest
 
 import jtblas
 from jtblas import calibrate, cli, constants, hardware, launch, model, profiles
+from tests.reference import use_jax_triton_031
 
 H200_FIELDS = dict(dram_bytes_per_s=4.1e12, l2_bytes_per_s=9.0e12, fp32_flops=50e12, launch_seconds=2.5e-6,
                    clock_hz=1.7e9, sm_count=132, tensor_flops={"bfloat16": 760e12, "float16": 765e12,
@@ -139,6 +140,7 @@ def _fake_gpu(monkeypatch, device="NVIDIA H200", driver="570.124.06"):
     monkeypatch.setattr(profiles, "driver_version", lambda: driver)
     # A GPU whose jaxlib allocates global scratch (as jaxlib 0.11 on the GPU machine), so the
     # built-in description comes back unchanged (`hardware.launch_capable`).
+    use_jax_triton_031(monkeypatch)
     monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
 
 

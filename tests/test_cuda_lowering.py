@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import hardware
+from jtblas import _compat, hardware
 from jtblas.model import resources
 from tests.reference import lower_for_cuda, require_jax_triton, stored_shapes
 
@@ -147,7 +147,8 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
     """Where jaxlib registers `triton_kernel_call_ffi`, kernel calls lower to it (typed FFI, the
     compressed call in its "opaque" attribute), which XLA records into CUDA graphs; jax-triton
     0.3.1's own target, the legacy "triton_kernel_call", is left out of them. A kernel with
-    global scratch (the TMA kernel) gets it as one more output, grid x 384 bytes."""
+    global scratch (the TMA kernel) gets it as one more output, grid x 384 bytes, with jax-triton
+    0.3.1; jax-triton 0.4.x gets no TMA kernel."""
     from jtblas import launch
 
     if not launch._ffi_target_registered():
@@ -163,6 +164,14 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
 
     tma = jtblas.Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, tma=True)
     b_nk = jax.ShapeDtypeStruct((512, 4096), jnp.bfloat16)
+    if _compat.stack().jax_triton_lowers_to_ffi:  # jax-triton 0.4.x: no scratch buffer, so no TMA kernel
+        from jtblas.kernels.matmul_tma import matmul_tma_kernel
+
+        with pytest.raises(ValueError, match="no TMA kernel"):
+            lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_b=True, config=tma), a, b_nk)
+        with pytest.raises(RuntimeError, match=r"global scratch.*jax-triton 0\.4"):
+            launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+        return
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)  # a jaxlib >= 0.11
         text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_b=True, config=tma), a, b_nk)

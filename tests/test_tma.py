@@ -15,7 +15,7 @@ from jtblas import hardware, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
-from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
+from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance, use_jax_triton_031
 from tests.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -119,6 +119,7 @@ def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch)
             calls.append((args, kwargs))
             return "kernel"
 
+    use_jax_triton_031(monkeypatch)
     monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
     monkeypatch.setattr(launch, "_GLOBAL_SCRATCH", {})
     wrapped = launch._ScratchAwareKernelLibrary(FakeLibrary())
