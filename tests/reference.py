@@ -118,3 +118,18 @@ def count_equations(jaxpr, primitive: str) -> int:
                 if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
                     count += count_equations(sub, primitive)
     return count
+
+
+def record_planned_problems(monkeypatch) -> list:
+    """The problems the model is asked to plan from now on (appended as `plan_for_problem` runs)."""
+    import jtblas.model.repack
+
+    asked = []
+    plan = jtblas.model.repack.plan_for_problem
+
+    def recording(problem, hardware, mode="auto"):
+        asked.append(problem)
+        return plan(problem, hardware, mode)
+
+    monkeypatch.setattr(jtblas.model.repack, "plan_for_problem", recording)
+    return asked

@@ -16,7 +16,7 @@ import jtblas
 import jtblas.model
 from jtblas import launch
 from jtblas.kernels.matmul import matmul_kernel
-from tests.reference import DTYPES, lower_for_cuda, relative_error, tolerance
+from tests.reference import DTYPES, lower_for_cuda, record_planned_problems, relative_error, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -161,14 +161,7 @@ def test_checkpoint_policies(policy, rng, monkeypatch):
 def test_backward_reads_transposes_through_strides_with_model_configs(rng, monkeypatch):
     """A forced forward config does not leak into the backward: the model is asked for dx and dw,
     whose problems carry transpose flags (no transposed copy appears in the jaxpr)."""
-    asked = []
-    plan = jtblas.model.repack.plan_for_problem
-
-    def recording(problem, hardware, mode="auto"):
-        asked.append(problem)
-        return plan(problem, hardware, mode)
-
-    monkeypatch.setattr(jtblas.model.repack, "plan_for_problem", recording)
+    asked = record_planned_problems(monkeypatch)
     forced = jtblas.Config(block_m=32, block_n=32, block_k=32, group_m=1, num_warps=4, num_stages=2)
     a = jnp.asarray(rng.standard_normal((21, 30)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((30, 18)), jnp.float32)

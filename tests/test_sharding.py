@@ -22,7 +22,7 @@ import jtblas
 import jtblas.nn
 import jtblas.model.repack
 from jtblas import launch, ops, partitioning, sharding
-from tests.reference import DTYPES, relative_error, require_jax_triton
+from tests.reference import DTYPES, record_planned_problems, relative_error, require_jax_triton
 
 HIGHEST = jax.lax.Precision.HIGHEST
 # Relative Frobenius error against the float64 value of the same loss and gradients: fp32 with
@@ -424,14 +424,7 @@ def test_cuda_partition_launches_the_kernel_planned_on_local_shapes(monkeypatch)
     GPU): the kernel's launch traced on one device's blocks, the model asked with the local M, N
     and K, the fp32 partial products summed over K's axis."""
     require_jax_triton()
-    asked = []
-    plan = jtblas.model.repack.plan_for_problem
-
-    def recording(problem, hardware, mode="auto"):
-        asked.append(problem)
-        return plan(problem, hardware, mode)
-
-    monkeypatch.setattr(jtblas.model.repack, "plan_for_problem", recording)
+    asked = record_planned_problems(monkeypatch)
     mesh = mesh_2d()
     static = ops._Static(transpose_a=False, transpose_b=True, input_precision="tf32", out_dtype="bfloat16",
                          config=None)
