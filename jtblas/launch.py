@@ -425,7 +425,8 @@ EXPORT_ON_CPU = (
 # The interpreter's callback behind a primitive of its own: its lowering rule can see that the
 # lowering is for `jax.export` (which would only fail later with JAX's terse "serialization of
 # host_callbacks is not yet implemented") and say why. Otherwise it is `interpret`, unchanged.
-_interpreted_call_p = jax.extend.core.Primitive("jtblas_interpreted_triton_call")
+INTERPRETED_CALL = "jtblas_interpreted_triton_call"  # the primitive's name, as jaxprs print it
+_interpreted_call_p = jax.extend.core.Primitive(INTERPRETED_CALL)
 _interpreted_call_p.multiple_results = True
 _interpreted_call_p.def_impl(lambda *arrays, interpret, out_avals: interpret(*arrays))
 _interpreted_call_p.def_abstract_eval(lambda *avals, interpret, out_avals: list(out_avals))

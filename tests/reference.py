@@ -120,6 +120,14 @@ def count_equations(jaxpr, primitive: str) -> int:
     return count
 
 
+def kernel_calls(fn, *args) -> int:
+    """How many interpreted kernel launches `fn(*args)` traces to on the CPU backend (each is one
+    `jtblas.launch.INTERPRETED_CALL` equation: none means a silent fallback to XLA)."""
+    from jtblas import launch
+
+    return count_equations(jax.make_jaxpr(fn)(*args), launch.INTERPRETED_CALL)
+
+
 def record_planned_problems(monkeypatch) -> list:
     """The problems the model is asked to plan from now on (appended as `plan_for_problem` runs)."""
     import jtblas.model.repack

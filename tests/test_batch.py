@@ -16,7 +16,7 @@ from jtblas.bench import shapes
 from jtblas.config import Problem
 from jtblas.model import candidates, resources
 from jtblas.model.select import rank
-from tests.reference import DTYPES, relative_error, tolerance
+from tests.reference import DTYPES, kernel_calls, relative_error, tolerance
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 # The benchmark sets of single products (batched.csv came with the batch-aware model).
@@ -185,7 +185,7 @@ def test_batched_dot_general_matches_float64(spec, dtype, rng):
 
 
 def _launches(fn, *args) -> int:
-    return str(jax.make_jaxpr(fn)(*args)).count("pure_callback")
+    return kernel_calls(fn, *args)
 
 
 @pytest.mark.parametrize("config", [None, jtblas.Config(block_m=16, block_n=16, block_k=16, num_warps=1,

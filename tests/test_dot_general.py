@@ -1,6 +1,6 @@
 """jtblas.dot_general against lax.dot_general over a table of dimension numbers.
 
-Supported cases must run the jtblas kernel (a `pure_callback` in the jaxpr on CPU, so a silent
+Supported cases must run the jtblas kernel (an interpreted kernel launch in the jaxpr on CPU, so a silent
 fallback cannot pass); the others must be lax.dot_general's own result, bit for bit.
 """
 
@@ -13,7 +13,7 @@ import pytest
 from jax import lax
 
 import jtblas
-from tests.reference import DTYPES, relative_error, tolerance
+from tests.reference import DTYPES, kernel_calls, relative_error, tolerance
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -60,7 +60,7 @@ FALLBACK_CASES = {
 
 
 def launches(fn, *args) -> int:
-    return str(jax.make_jaxpr(fn)(*args)).count("pure_callback")
+    return kernel_calls(fn, *args)
 
 
 def test_signature_is_lax_dot_generals():

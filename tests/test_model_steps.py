@@ -1,5 +1,5 @@
 """Whole-model steps (`jtblas.bench.model_steps`) on the tiny specs, on CPU: both variants share
-one parameter tree, every projection of the jtblas variant runs jtblas (a `pure_callback` on CPU,
+one parameter tree, every projection of the jtblas variant runs jtblas (an interpreted kernel launch on CPU,
 so a silent fallback to XLA cannot pass), losses and gradients agree with Flax's, the KV-cache
 decode matches the full forward pass, and `run` returns a complete, JSON-able report."""
 
@@ -15,6 +15,7 @@ from flax import linen
 
 import jtblas.nn
 from jtblas.bench import model_steps as ms
+from jtblas.launch import INTERPRETED_CALL
 from tests.reference import count_equations, relative_error
 
 TINY = {name: ms.tiny(spec) for name, spec in ms.MODELS.items()}
@@ -62,9 +63,9 @@ def test_variants_share_one_parameter_tree(name):
     batch = ms.make_batch(spec, 0)
     inputs = batch["patches"] if spec.kind == "encoder" else batch["tokens"][:, :-1]
     jaxpr = jax.make_jaxpr(lambda p: jtblas_model.apply({"params": p}, inputs))(shapes)
-    assert count_equations(jaxpr, "pure_callback") == len(kernels)
+    assert count_equations(jaxpr, INTERPRETED_CALL) == len(kernels)
     flax_jaxpr = str(jax.make_jaxpr(lambda p: flax_model.apply({"params": p}, inputs))(shapes))
-    assert "pure_callback" not in flax_jaxpr and flax_jaxpr.count("dot_general") == len(kernels) + 2 * spec.layers
+    assert INTERPRETED_CALL not in flax_jaxpr and flax_jaxpr.count("dot_general") == len(kernels) + 2 * spec.layers
 
 
 # GPT-2's blocks are the encoder's (LayerNorm, fused qkv with bias, GELU); its jtblas training loss
