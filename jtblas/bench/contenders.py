@@ -2,7 +2,7 @@
 
 Contenders (names used in the results JSON):
   jtblas      the model's pick (`jtblas.select`) on our kernel, launched on torch tensors
-  oracle      the best of `jtblas.candidates()` on our kernel (exhaustive; see `oracle.py`)
+  oracle      the best of `selection.candidates_as_stored()` on our kernel (exhaustive; see `oracle.py`)
   xla         `lax.dot_general` under `jax.jit` (XLA autotunes between cuBLAS and its Triton GEMMs)
   cublas      `torch.mm` (cuBLAS / cuBLASLt)
   tutorial    Triton tutorial 03's `@triton.autotune` configs for CUDA, run through our kernel;
