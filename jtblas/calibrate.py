@@ -59,7 +59,7 @@ L2_GEMM_CONFIGS = (
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Plan:
+class MeasurementPlan:
     """Sizes and repetitions of one calibration run (`quick` trades accuracy for time)."""
 
     quick: bool
@@ -76,7 +76,7 @@ class Plan:
     clock_sample_s: float
 
     @classmethod
-    def make(cls, quick: bool) -> Plan:
+    def make(cls, quick: bool) -> MeasurementPlan:
         if quick:
             return cls(quick=True, copy_bytes=256 * MIB, gemm_size=4096, fp32_gemm_size=4096,
                        read_buffer_bytes=512 * MIB, l2_chunk_bytes=128 * KIB, l2_repeats=16,
@@ -161,7 +161,7 @@ class Calibration:
         from jtblas.bench.timing import GraphTimer
 
         self.torch = torch
-        self.plan = Plan.make(quick)
+        self.plan = MeasurementPlan.make(quick)
         self.fit_constants = fit_constants
         self.progress, self.stream = progress, stream
         self.timer = GraphTimer(max_launches=4000)  # ≥ the 64 views a read may rotate over
@@ -560,4 +560,4 @@ def format_table(rows: list[tuple[str, str, str, str]]) -> str:
                      for r in table)
 
 
-__all__ = ["Calibration", "NO_GPU", "Plan", "comparison_rows", "find_gpu", "format_table"]
+__all__ = ["Calibration", "MeasurementPlan", "NO_GPU", "comparison_rows", "find_gpu", "format_table"]

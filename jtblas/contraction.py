@@ -98,7 +98,7 @@ def dot_general(
     return out.reshape(plan.out_shape)
 
 
-class _Plan(NamedTuple):
+class _ContractionPlan(NamedTuple):
     """How a supported contraction maps onto `matmul`."""
 
     lhs_perm: tuple[int, ...] | None  # a transpose (copy) into a readable layout, or None
@@ -112,7 +112,7 @@ class _Plan(NamedTuple):
     out_shape: tuple[int, ...]
 
 
-def _plan(lhs, rhs, dimension_numbers, precision, preferred_element_type, out_sharding) -> _Plan | None:
+def _plan(lhs, rhs, dimension_numbers, precision, preferred_element_type, out_sharding) -> _ContractionPlan | None:
     """The mapping onto the kernel, or None (with the reason logged) for `lax.dot_general`."""
     reason = _unsupported(lhs, rhs, precision, preferred_element_type, out_sharding)
     dims = None if reason else _dimensions(lhs.ndim, rhs.ndim, dimension_numbers)
@@ -134,7 +134,7 @@ def _plan(lhs, rhs, dimension_numbers, precision, preferred_element_type, out_sh
     batch_shape = tuple(lhs.shape[d] for d in lb)
     lhs_free_shape = tuple(lhs.shape[d] for d in lhs_free)
     rhs_free_shape = tuple(rhs.shape[d] for d in rhs_free)
-    return _Plan(
+    return _ContractionPlan(
         lhs_perm=lhs_perm,
         rhs_perm=rhs_perm,
         transpose_a=transpose_a,

@@ -88,7 +88,7 @@ def detect() -> Hardware:
     calibrated profile in `jtblas.profiles.profile_dir()` if one matches its name and the driver
     version, else the built-in for its `device_kind`; `DEFAULT` when JAX has no GPU (CPU
     interpreter runs). A damaged profile warns and falls back to the next rule. For a GPU, `tma`
-    is turned off where the launcher cannot allocate the TMA kernel's scratch (`launch_capable`).
+    is turned off where the launcher cannot allocate the TMA kernel's scratch (`for_launch`).
     """
     path = os.environ.get(PROFILE_ENV_VAR)
     if path:
@@ -115,11 +115,11 @@ def detect() -> Hardware:
     if cached.is_file():
         hardware = profiles.load_or_none(cached, device=device_kind, driver=driver)
         if hardware is not None:
-            return launch_capable(hardware, "cuda")
-    return launch_capable(from_device_kind(device_kind, capability), "cuda")
+            return for_launch(hardware, "cuda")
+    return for_launch(from_device_kind(device_kind, capability), "cuda")
 
 
-def launch_capable(hardware: Hardware, platform: str) -> Hardware:
+def for_launch(hardware: Hardware, platform: str) -> Hardware:
     """`hardware` as kernels launched on `platform` ("cuda" or "cpu") can use it: without the TMA
     kernel where the launcher cannot give it the global scratch its descriptors need (a CUDA
     jaxlib older than 0.11; the CPU interpreter runs it)."""
@@ -145,4 +145,4 @@ def _first_gpu() -> tuple[str, tuple[int, int] | None] | None:
 
 
 __all__ = ["A100", "BUILTIN", "DEFAULT", "ENV_VAR", "H100", "H200", "HardwareChoiceError", "PROFILE_ENV_VAR",
-           "Hardware", "detect", "from_device_kind", "get", "launch_capable", "load_profile"]
+           "Hardware", "detect", "for_launch", "from_device_kind", "get", "load_profile"]

@@ -108,7 +108,7 @@ def matmul(
     shape. Extra memory: at most the padded copies of A and B, ⌈rows⌉·⌈cols⌉ elements each with
     the padded axes rounded up to 64 (per batch entry), freed after the product.
     """
-    problem, shape = make_problem(
+    problem, shape = problem_of_operands(
         a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
         preferred_element_type=preferred_element_type,
     )
@@ -576,7 +576,7 @@ def divisibility_unit(value: int, limit: int) -> int:
     return unit
 
 
-def make_problem(
+def problem_of_operands(
     a: Any,
     b: Any,
     *,
@@ -665,10 +665,10 @@ def _operand_dtype(a: Any, b: Any) -> np.dtype:
 
 def launch_hardware(operands: list[Any]) -> hardware.Hardware:
     """The description of the GPU these operands' launch runs on (`hardware.detect`), as the
-    launch's platform can use it (`hardware.launch_capable`: a forced CUDA launch on a CPU
+    launch's platform can use it (`hardware.for_launch`: a forced CUDA launch on a CPU
     machine, for one, follows the installed jaxlib)."""
     platform, _ = launch.target_platform(operands)
-    return hardware.launch_capable(hardware.detect(), platform)
+    return hardware.for_launch(hardware.detect(), platform)
 
 
 def check_config(config: Any, problem: Problem, hw: hardware.Hardware | None = None) -> None:

@@ -38,7 +38,7 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
-def make_problem(
+def problem_of_sizes(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None, batch: int = 1,
 ) -> Problem:
@@ -78,12 +78,12 @@ def select(
         output cannot fit the GPU's memory (named with their sizes).
 
     Returns:
-      The fastest predicted `Config` among `candidates(...)`, or, where the model repacks
-      misaligned operands into padded copies (`explain` says so), the kernel's config for the
-      padded problem; the same every time (cached).
+      The fastest predicted `Config` among `candidates(...)`: the config of the problem the kernel
+      runs, which, where the model repacks misaligned operands into padded copies (`explain` says
+      so), is the padded problem; the same every time (cached).
     """
-    problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                           transpose_b=transpose_b, precision=precision, batch=batch)
+    problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                               transpose_b=transpose_b, precision=precision, batch=batch)
     return model.plan_for_problem(problem, hardware_lib.get(hardware)).config
 
 
@@ -93,11 +93,26 @@ def candidates(
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
 ) -> list[Config]:
     """The whole search space the model ranks for this problem, in a fixed order (arguments as
-    for `select`); the exhaustive-search oracle times exactly this list. These are the configs of
-    the operands as given: a repacked problem's configs are ranked on the padded problem
-    (`explain(...).plan`)."""
-    problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                           transpose_b=transpose_b, precision=precision, batch=batch)
+    for `select`): the configs of the problem the kernel runs, so `select(...)` is one of them and
+    `explain(...).ranked` lists them all. Where the model repacks misaligned operands into padded
+    copies (`explain(...).plan.repacks`), that is the padded problem; `candidates_as_stored` gives
+    the configs of the operands as stored (what an explicit `matmul(config=...)` runs on)."""
+    problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                               transpose_b=transpose_b, precision=precision, batch=batch)
+    hw = hardware_lib.get(hardware)
+    return model.candidates_for_problem(model.plan_for_problem(problem, hw).kernel_problem, hw)
+
+
+def candidates_as_stored(
+    m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
+    transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
+    hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
+) -> list[Config]:
+    """The configs of the operands as stored, never repacked (arguments as for `select`): what an
+    explicit `matmul(config=...)` accepts, and the list the exhaustive-search oracle times on the
+    caller's operands. The same as `candidates(...)` wherever the model does not repack."""
+    problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                               transpose_b=transpose_b, precision=precision, batch=batch)
     return model.candidates_for_problem(problem, hardware_lib.get(hardware))
 
 
@@ -112,6 +127,6 @@ def explain(
     whether the operands are repacked (`result.plan`: both predicted times);
     `result.ranked[0].config == select(...)`.
     """
-    problem = make_problem(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                           transpose_b=transpose_b, precision=precision, batch=batch)
+    problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                               transpose_b=transpose_b, precision=precision, batch=batch)
     return model.explain_problem(problem, hardware_lib.get(hardware))

@@ -23,7 +23,7 @@ DATA = pathlib.Path(__file__).resolve().parent / "data"
 UNBATCHED_SETS = ("models", "odd", "deepk", "square")
 
 
-def _pick_name(plan: model.Plan) -> str:
+def _pick_name(plan: model.ProductPlan) -> str:
     flags = "".join(f for f, on in ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +Bt", plan.transpose_b)) if on)
     return plan.config.short() + flags
 

@@ -139,7 +139,7 @@ def _fake_gpu(monkeypatch, device="NVIDIA H200", driver="570.124.06"):
     monkeypatch.setattr(hardware, "_first_gpu", lambda: (device, (9, 0)))
     monkeypatch.setattr(profiles, "driver_version", lambda: driver)
     # A GPU whose jaxlib allocates global scratch (as jaxlib 0.11 on the GPU machine), so the
-    # built-in description comes back unchanged (`hardware.launch_capable`).
+    # built-in description comes back unchanged (`hardware.for_launch`).
     use_jax_triton_031(monkeypatch)
     monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
 

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import jtblas
-from jtblas import ops
+from jtblas import ops, selection
 from tests.reference import DTYPES, tolerance
 
 DEFAULT_SEED = 20261204
@@ -72,7 +72,8 @@ class Case:
 
 @functools.cache
 def _forced_configs(m: int, n: int, k: int, dtype: str, transpose_a: bool, transpose_b: bool) -> tuple:
-    configs = jtblas.candidates(m, n, k, dtype=DTYPES[dtype], transpose_a=transpose_a, transpose_b=transpose_b)
+    configs = selection.candidates_as_stored(m, n, k, dtype=DTYPES[dtype], transpose_a=transpose_a,
+                                             transpose_b=transpose_b)
     return tuple(c for c in configs
                  if max(c.block_m, c.block_n, c.block_k) <= MAX_FORCED_BLOCK and not c.tma)
 

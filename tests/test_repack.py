@@ -331,3 +331,35 @@ def test_transposed_b_plan_compiles_for_sm90(monkeypatch):
     b = jax.ShapeDtypeStruct((4096, 14336), jnp.bfloat16)  # stored [N, K]
     text = lower_for_cuda(functools.partial(jtblas.matmul, transpose_b=True), a, b)
     assert "triton_kernel_call" in text and "stablehlo.transpose" in text
+
+
+def _corpus_sample():
+    """Every repacked product of the benchmark corpus on the H200 plus every tenth of the others."""
+    from jtblas.bench import shapes
+
+    sample = []
+    for i, shape in enumerate(shapes.load()):
+        if repack.plan_for_problem(shape.problem(), hardware.H200).repacks or i % 10 == 0:
+            sample.append(shape)
+    return sample
+
+
+def test_select_is_one_of_the_candidates_across_the_corpus():
+    """`select`, `candidates` and `explain` describe the same problem, the one the kernel runs:
+    the padded one where the model repacks (1500x4501x3399 NN, the 50257-row vocabulary TN)."""
+    sample = _corpus_sample()
+    repacked = 0
+    rows = [(s.m, s.n, s.k, s.dtype, s.transpose_a, s.transpose_b, s.batch) for s in sample]
+    rows += [(1500, 4501, 3399, "bfloat16", False, False, 1), (768, 50257, 8192, "bfloat16", True, False, 1)]
+    for m, n, k, dtype, transpose_a, transpose_b, batch in rows:
+        kw = dict(dtype=dtype, transpose_a=transpose_a, transpose_b=transpose_b, batch=batch, hardware="h200")
+        space = jtblas.candidates(m, n, k, **kw)
+        picked = jtblas.select(m, n, k, **kw)
+        assert picked in space, (m, n, k, dtype, transpose_a, transpose_b, batch)
+        explained = jtblas.explain(m, n, k, **kw)
+        assert explained.config == picked
+        assert sorted(e.config.short() for e in explained.ranked) == sorted(c.short() for c in space)
+        if explained.plan.repacks:
+            repacked += 1
+            assert jtblas.selection.candidates_as_stored(m, n, k, **kw) != space
+    assert repacked >= 2  # the two named products at least

@@ -178,8 +178,8 @@ def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     with launch.forced_backend("cuda", compute_capability=90):
         hw = ops.launch_hardware([])
     assert not hw.tma and hardware.H200.tma
-    assert not hardware.launch_capable(hardware.H200, "cuda").tma  # what `detect` gives on such a GPU
-    assert hardware.launch_capable(hardware.H200, "cpu").tma  # the interpreter needs no jaxlib scratch
+    assert not hardware.for_launch(hardware.H200, "cuda").tma  # what `detect` gives on such a GPU
+    assert hardware.for_launch(hardware.H200, "cpu").tma  # the interpreter needs no jaxlib scratch
     assert not model.select_for_problem(Problem(m=4096, n=4096, k=4096, transpose_b=True), hw).tma
     with pytest.raises(RuntimeError, match="global scratch"):
         launch._register_global_scratch(matmul_tma_kernel, (384, 128))

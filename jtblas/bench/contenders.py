@@ -2,7 +2,7 @@
 
 Contenders (names used in the results JSON):
   jtblas      the model's pick (`jtblas.select`) on our kernel, launched on torch tensors
-  oracle      the best of `jtblas.candidates()` on our kernel (exhaustive; see `oracle.py`)
+  oracle      the best of `selection.candidates_as_stored()` on our kernel (exhaustive; see `oracle.py`)
   xla         `lax.dot_general` under `jax.jit` (XLA autotunes between cuBLAS and its Triton GEMMs)
   cublas      `torch.mm` (cuBLAS / cuBLASLt)
   tutorial    Triton tutorial 03's `@triton.autotune` configs for CUDA, run through our kernel;
@@ -212,7 +212,7 @@ def use_torch_global_scratch(torch) -> None:
 
 
 def repack_plan(problem: Problem):
-    """The model's `jtblas.model.Plan` for `problem` when it repacks operands, else None."""
+    """The model's `jtblas.model.ProductPlan` for `problem` when it repacks operands, else None."""
     from jtblas import hardware, model
 
     plan = model.plan_for_problem(problem, hardware.detect())
@@ -220,7 +220,7 @@ def repack_plan(problem: Problem):
 
 
 def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
-    """launch(i): what `jtblas.matmul` runs for a repacking `jtblas.model.Plan`: the misaligned
+    """launch(i): what `jtblas.matmul` runs for a repacking `jtblas.model.ProductPlan`: the misaligned
     operands copied into zero-padded buffers (K and the leading dimension rounded up; the padding
     is zeroed once, as the copies never touch it; a B stored [N, K] maybe transposed into
     [K, N]), then the kernel on the padded problem, and, if M or N was padded, C's slice copied

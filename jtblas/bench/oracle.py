@@ -1,4 +1,4 @@
-"""The exhaustive-search oracle: every config of `jtblas.candidates()` timed on the GPU.
+"""The exhaustive-search oracle: every config of `selection.candidates_as_stored()` timed on the GPU.
 
 Compilation dominates a sweep, so it runs ahead in a pool of worker processes (spawn context,
 one per CPU core) that call `matmul_kernel.warmup(...)`: that compiles without launching and

@@ -1,5 +1,5 @@
 """The torch-launch contenders of `jtblas bench --torch`: our kernels launched on torch tensors
-in CUDA graphs (the model's pick, the exhaustive oracle over `jtblas.candidates()`, the Triton
+in CUDA graphs (the model's pick, the exhaustive oracle over `candidates_as_stored()`, the Triton
 tutorial's autotune configs, nvMatmulHeuristics' choice) and cuBLAS through `torch.mm`.
 
 These are a fast way to search configurations, not the benchmark of record (`through_jax`): the
@@ -69,13 +69,13 @@ class Progress:
 
 
 @dataclasses.dataclass
-class Plan:
+class ShapeRun:
     """What is known about a shape before its timing starts."""
 
     shape: shapes_mod.Shape
     problem: object
     pick: object = None
-    repack: object = None  # the model's jtblas.model.Plan when it copies operands first
+    repack: object = None  # the model's jtblas.model.ProductPlan when it copies operands first
     select_s: float | None = None
     pick_error: str | None = None
     candidates: list = dataclasses.field(default_factory=list)
@@ -154,8 +154,10 @@ class Runner:
             ),
         )
         import jtblas
+        from jtblas import selection
 
-        self.select, self.candidates_fn = jtblas.select, jtblas.candidates
+        # The oracle times configs on the operands as stored (unrepacked), so it ranks their space.
+        self.select, self.candidates_fn = jtblas.select, selection.candidates_as_stored
         from jtblas import hardware
 
         self.hw = hardware.detect()
@@ -201,12 +203,12 @@ class Runner:
 
     # ---------------------------------------------------------------- planning
 
-    def _plan(self, shape) -> Plan:
+    def _plan(self, shape) -> ShapeRun:
         C, oracle = self.C, self.oracle_mod
         from jtblas.model import resources
 
         problem = shape.problem()
-        plan = Plan(shape=shape, problem=problem)
+        plan = ShapeRun(shape=shape, problem=problem)
         kw = dict(dtype=_np_dtype(shape.dtype), transpose_a=shape.transpose_a, transpose_b=shape.transpose_b)
         try:
             t = time.perf_counter()
@@ -266,12 +268,12 @@ class Runner:
                     plan.keys[config] = ("error", _short_error(error))
         return plan
 
-    def _submit(self, plan: Plan) -> None:
+    def _submit(self, plan: ShapeRun) -> None:
         for config, key in plan.keys.items():  # insertion order = the order they are needed in
             if key[0] != "error":
                 self.compiler.submit(plan.problem, config, key)
 
-    def _compiled(self, plan: Plan, config) -> dict:
+    def _compiled(self, plan: ShapeRun, config) -> dict:
         key = plan.keys.get(config)
         if key is None:
             key = plan.keys[config] = self.compiler.submit(plan.problem, config)
@@ -364,7 +366,7 @@ class Runner:
 
     # ---------------------------------------------------------------- one shape
 
-    def _run_shape(self, plan: Plan, *, jax_check: bool) -> dict:
+    def _run_shape(self, plan: ShapeRun, *, jax_check: bool) -> dict:
         C, oracle, torch = self.C, self.oracle_mod, self.torch
         shape, problem = plan.shape, plan.problem
         nbuf = C.operand_sets(shape.bytes_moved, self.l2_bytes)

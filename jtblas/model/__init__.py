@@ -12,14 +12,14 @@ from jtblas.constants import Constants
 from jtblas.model.candidates import candidates_for_problem, rejection_reasons
 from jtblas.model.cost import Estimate, estimate
 from jtblas.model.explain import Explanation, explain_problem
-from jtblas.model.repack import Plan, clear_cache, plan_for_problem
+from jtblas.model.repack import ProductPlan, clear_cache, plan_for_problem
 from jtblas.model.select import select_for_problem
 
 __all__ = [
     "Constants",
     "Estimate",
     "Explanation",
-    "Plan",
+    "ProductPlan",
     "candidates_for_problem",
     "clear_cache",
     "estimate",

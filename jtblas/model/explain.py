@@ -55,7 +55,7 @@ class Explanation:
       hardware: the GPU description used.
       ranked: one `cost.Estimate` per candidate of the problem the kernel runs (the padded one
         when the plan repacks; copies not included), fastest first; `ranked[0]` is the selection.
-      plan: the `repack.Plan` (whether misaligned operands are copied into padded buffers, with
+      plan: the `repack.ProductPlan` (whether misaligned operands are copied into padded buffers, with
         the plain and repacked predicted times), or None.
     """
 

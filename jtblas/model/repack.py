@@ -24,7 +24,7 @@ shape, one more copy in the cost:
     copy(C) = (padded C bytes read + C bytes written) / DRAM bandwidth + one launch
 
 Aligned problems (every operand loaded at full width by the best plain config) without a K-major
-B on a wgmma GPU are planned without ranking anything else: their `Plan` is the plain selection.
+B on a wgmma GPU are planned without ranking anything else: their `ProductPlan` is the plain selection.
 `candidates()` is always the caller's problem's space (what the exhaustive search times).
 
 Pure Python: no JAX, no Triton.
@@ -63,7 +63,7 @@ def round_up(value: int, multiple: int = PAD_MULTIPLE) -> int:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Plan:
+class ProductPlan:
     """How one product runs: the kernel problem and config, and which operands are copied first.
 
     Attributes:
@@ -190,7 +190,7 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -> Plan:
+def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -> ProductPlan:
     """The model's plan for `problem` on `hardware`: the plain selection, or a repacked one when
     its predicted time with the copies beats the plain one by REPACK_MIN_GAIN (see module doc).
 
@@ -201,7 +201,7 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
         raise ValueError(f"jtblas: repack mode must be one of {REPACK_MODES}, got {mode!r}")
     plain = rank(problem, hardware)[0]
     narrow = misaligned(problem, plain.config, hardware)
-    best = Plan(problem=problem, kernel_problem=problem, config=plain.config,
+    best = ProductPlan(problem=problem, kernel_problem=problem, config=plain.config,
                 predicted_seconds=plain.predicted_seconds, plain_config=plain.config,
                 plain_seconds=plain.predicted_seconds)
     options = _options(problem, narrow, mode, hardware)
