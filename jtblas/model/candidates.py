@@ -11,6 +11,7 @@ Pure Python: no JAX, no Triton.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 
 import numpy as np
@@ -284,7 +285,8 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
     (False, True) x (False, True) with no `rejection_reasons`, computed with the same integer
     arithmetic on arrays (`candidate_arrays`, what `select` ranks) without building rejected
     Configs."""
-    return candidate_arrays(problem, hardware).configs()
+    found = candidate_arrays(problem, hardware)
+    return found.take(np.argsort(found.order_key(), kind="stable")).configs()
 
 
 def _swap_twin(config: Config, problem: Problem, hardware: Hardware) -> bool:
@@ -304,68 +306,114 @@ FIELDS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m",
           "swap_ab", "tma")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Candidates:
-    """Configurations as a struct of arrays: one NumPy array per `Config` field, element i of each
-    the i-th configuration (integers as int64, swap_ab and tma as bool). The model's equations
-    (`cost.estimate_arrays`) evaluate every candidate at once on these; a `Config` is built only
-    for the configurations asked for (`config(i)`)."""
+    """Configurations as a struct of arrays: one int64 row per `Config` field (`FIELDS`; swap_ab
+    and tma as 0/1, read back as bool arrays), column i the i-th configuration. The model's
+    equations (`cost.estimate_arrays`) evaluate every candidate at once on these; a `Config` is
+    built only for the configurations asked for (`config(i)`)."""
 
-    block_m: np.ndarray
-    block_n: np.ndarray
-    block_k: np.ndarray
-    num_warps: np.ndarray
-    num_stages: np.ndarray
-    group_m: np.ndarray
-    split_k: np.ndarray
-    k_phases: np.ndarray
-    swap_ab: np.ndarray
-    tma: np.ndarray
+    __slots__ = ("table",)
+
+    def __init__(self, table: np.ndarray):
+        self.table = table
 
     def __len__(self) -> int:
-        return len(self.block_m)
+        return self.table.shape[1]
 
     @classmethod
     def of(cls, configs: list[Config]) -> Candidates:
         """The arrays of `configs`, in their order."""
-        return cls(**{name: np.array([getattr(c, name) for c in configs],
-                                     dtype=bool if name in ("swap_ab", "tma") else np.int64)
-                      for name in FIELDS})
+        return cls(np.array([[getattr(c, name) for c in configs] for name in FIELDS], dtype=np.int64)
+                   .reshape(len(FIELDS), len(configs)))
+
+    block_m = property(lambda self: self.table[0])
+    block_n = property(lambda self: self.table[1])
+    block_k = property(lambda self: self.table[2])
+    num_warps = property(lambda self: self.table[3])
+    num_stages = property(lambda self: self.table[4])
+    group_m = property(lambda self: self.table[5])
+    split_k = property(lambda self: self.table[6])
+    k_phases = property(lambda self: self.table[7])
+    swap_ab = property(lambda self: self.table[8] != 0)
+    tma = property(lambda self: self.table[9] != 0)
 
     def take(self, index) -> Candidates:
         """The candidates at `index` (a boolean mask or integer indices), in that order."""
-        return Candidates(**{name: getattr(self, name)[index] for name in FIELDS})
+        return Candidates(self.table[:, index])
 
     def config(self, i: int) -> Config:
         """The i-th candidate as a `Config`."""
-        return Config(**{name: getattr(self, name)[i].item() for name in FIELDS})
+        return self.take([i]).configs()[0]
 
     def configs(self) -> list[Config]:
-        columns = [getattr(self, name).tolist() for name in FIELDS]
-        return [Config(**dict(zip(FIELDS, values))) for values in zip(*columns)]
+        """Every candidate as a `Config`, in order."""
+        return [Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
+                       k_phases=p, swap_ab=bool(swap), tma=bool(tma))
+                for bm, bn, bk, w, s, g, sk, p, swap, tma in self.table.T.tolist()]
+
+    def order_key(self) -> np.ndarray:
+        """One int64 per candidate that sorts as `_order` does (each field in its own bits)."""
+        key = np.zeros(len(self), dtype=np.int64)
+        for row, bits in zip(self.table, _ORDER_BITS):
+            key = (key << bits) | row
+        return key
+
+
+# Bits of each field in `Candidates.order_key` (largest values: blocks 512, warps 16, stages 8,
+# group 64, split 256, phases 8, flags 1): 10+10+10+5+4+7+9+4+1+1 = 61 bits.
+_ORDER_BITS = (10, 10, 10, 5, 4, 7, 9, 4, 1, 1)
 
 
 def _concatenate(parts: list[Candidates]) -> Candidates:
-    return Candidates(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in FIELDS})
+    return Candidates(np.concatenate([p.table for p in parts], axis=1))
 
 
 def _with(candidates: Candidates, **values) -> Candidates:
     """`candidates` with the named fields set to one value each (a twin of every candidate)."""
-    fields = {name: getattr(candidates, name) for name in FIELDS}
+    table = candidates.table.copy()
     for name, value in values.items():
-        fields[name] = np.full(len(candidates), value, dtype=fields[name].dtype)
-    return Candidates(**fields)
+        table[FIELDS.index(name)] = value
+    return Candidates(table)
 
 
-def _product_grid() -> dict[str, np.ndarray]:
-    """Every (block_m, block_n, num_warps, block_k, num_stages) of the search, in the loops' order."""
-    grid = np.array(list(itertools.product(BLOCK_SIZES, BLOCK_SIZES, NUM_WARPS, BLOCK_K_SIZES, NUM_STAGES)),
+def _product_grid() -> Candidates:
+    """Every (block_m, block_n, num_warps, block_k, num_stages) of the search, plain (group_m,
+    split_k, k_phases 1, neither swapped nor TMA)."""
+    grid = np.array([(bm, bn, bk, w, s, 1, 1, 1, 0, 0) for bm, bn, w, bk, s in
+                     itertools.product(BLOCK_SIZES, BLOCK_SIZES, NUM_WARPS, BLOCK_K_SIZES, NUM_STAGES)],
                     dtype=np.int64)
-    return {name: np.ascontiguousarray(grid[:, i])
-            for i, name in enumerate(("block_m", "block_n", "num_warps", "block_k", "num_stages"))}
+    return Candidates(np.ascontiguousarray(grid.T))
 
 
-_GRID = _product_grid()
+@functools.lru_cache(maxsize=64)
+def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, tma: bool) -> Candidates:
+    """The plain candidates (or with `tma`, their TMA twins) of the rules that depend on nothing
+    but the hardware, the operand and output sizes and the fewest stages: registers, warps per
+    tile, shared memory, occupancy. `candidate_arrays` then applies the problem's limits."""
+    grid = _product_grid()
+    bm, bn, bk, warps, stages = grid.block_m, grid.block_n, grid.block_k, grid.num_warps, grid.num_stages
+    accumulators = bm * bn // (32 * warps)
+    smallest = (bm == BLOCK_SIZES[0]) & (bn == BLOCK_SIZES[0]) & (warps == NUM_WARPS[0])
+    keep = ((smallest | (accumulators >= MIN_ACCUMULATORS_PER_THREAD))
+            & (accumulators + resources.NON_ACCUMULATOR_REGISTERS <= hardware.max_regs_per_thread)
+            & ~((warps == 8) & (bm * bn < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS))
+            & ~((warps == 2) & (bm > MAX_BLOCK_M_FOR_2_WARPS))
+            & (low_s <= stages)
+            & (stages * (bm + bn) * bk * element <= hardware.smem_per_block))
+    plain = grid.take(keep)
+    plain = plain.take(programs_per_sm_arrays(plain, element, out_bytes, hardware) >= 1)
+    if not tma:
+        return plain
+    # The TMA kernel's twins of the plain wgmma tiles (rows a multiple of 64, a warpgroup's warps)
+    # that fit with its store staging (`resources.fit_errors`, `resources.tma_errors` per config).
+    twins = _with(plain.take((plain.block_m % resources.WGMMA_ROWS == 0) & (plain.num_warps % 4 == 0)), tma=1)
+    biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
+    store_n = np.where(twins.block_n >= 256, twins.block_n // 2, twins.block_n)
+    smem = (twins.num_stages * ((twins.block_m + twins.block_n) * twins.block_k) * element
+            + twins.block_m * store_n * out_bytes)
+    return twins.take((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
+                      & (32 * twins.num_warps <= 1024)
+                      & (programs_per_sm_arrays(twins, element, out_bytes, hardware) >= 1))
 
 
 def uses_wgmma_arrays(candidates: Candidates, problem: Problem, hardware: Hardware) -> np.ndarray:
@@ -376,12 +424,13 @@ def uses_wgmma_arrays(candidates: Candidates, problem: Problem, hardware: Hardwa
     return (rows % resources.WGMMA_ROWS == 0) & (candidates.num_warps % 4 == 0)
 
 
-def programs_per_sm_arrays(candidates: Candidates, problem: Problem, hardware: Hardware) -> np.ndarray:
-    """`resources.programs_per_sm` of every candidate (at least 0)."""
+def programs_per_sm_arrays(candidates: Candidates, element: int, out_bytes: int, hardware: Hardware) -> np.ndarray:
+    """`resources.programs_per_sm` of every candidate (at least 0), for operands of `element`
+    bytes and an output of `out_bytes`."""
     bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
-    smem = candidates.num_stages * ((bm + bn) * candidates.block_k) * problem.operand_bytes
+    smem = candidates.num_stages * ((bm + bn) * candidates.block_k) * element
     store_n = np.where(bn >= 256, bn // 2, bn)
-    smem = np.where(candidates.tma, smem + bm * store_n * problem.out_bytes, smem)
+    smem = np.where(candidates.tma, smem + bm * store_n * out_bytes, smem)
     by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
     unit = resources.REGISTER_ALLOCATION_UNIT
     per_thread = -(-(bm * bn // (32 * warps) + resources.NON_ACCUMULATOR_REGISTERS) // unit) * unit
@@ -402,34 +451,25 @@ def program_k_steps_arrays(candidates: Candidates, problem: Problem) -> np.ndarr
 
 
 def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
-    """`candidates_for_problem` as arrays, in the same order, without building a `Config`: the same
-    rules on the whole grid of tiles, warps, stages at once, then the split-K, K-phase, swapped and
-    TMA twins."""
+    """`candidates_for_problem` as arrays, without building a `Config` and not in its order
+    (`Candidates.order_key` gives it): the same rules on the whole grid of tiles, warps and stages
+    at once (those of the hardware alone cached, `_static_plain`), then the split-K, K-phase,
+    swapped and TMA twins."""
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
     low_m = min_block_m(problem, hardware)
     low_s = min_stages(problem, hardware)
-    element = problem.operand_bytes
-    bm, bn, warps, bk, stages = (_GRID[name] for name in ("block_m", "block_n", "num_warps", "block_k", "num_stages"))
-    accumulators = bm * bn // (32 * warps)
-    smallest = (bm == BLOCK_SIZES[0]) & (bn == BLOCK_SIZES[0]) & (warps == NUM_WARPS[0])
-    k_steps = -(-problem.k // bk)
-    keep = ((low_m <= bm) & (bm <= max_m) & (bn <= max_n)
-            & (smallest | (accumulators >= MIN_ACCUMULATORS_PER_THREAD))
-            & (accumulators + resources.NON_ACCUMULATOR_REGISTERS <= hardware.max_regs_per_thread)
-            & ~((warps == 8) & (bm * bn < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS))
-            & ~((warps == 2) & (bm > MAX_BLOCK_M_FOR_2_WARPS))
-            & (min_k <= bk) & (bk <= max_k)
-            & (low_s <= stages) & (stages <= np.maximum(low_s, k_steps + 1))
-            & (stages * (bm + bn) * bk * element <= hardware.smem_per_block))
-    bm, bn, warps, bk, stages = bm[keep], bn[keep], warps[keep], bk[keep], stages[keep]
-    several = (-(-problem.m // bm) > 1) & (-(-problem.n // bn) > 1)
-    group = np.where(several, GROUP_SIZES[-1], GROUP_SIZES[0])
-    count = len(bm)
-    ones = np.ones(count, dtype=np.int64)
-    no = np.zeros(count, dtype=bool)
-    plain = Candidates(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, group_m=group,
-                       split_k=ones, k_phases=ones, swap_ab=no, tma=no)
-    plain = plain.take(programs_per_sm_arrays(plain, problem, hardware) >= 1)
+    element, out_bytes = problem.operand_bytes, problem.out_bytes
+
+    def in_range(static: Candidates) -> Candidates:
+        bm, bn, bk = static.block_m, static.block_n, static.block_k
+        k_steps = -(-problem.k // bk)
+        found = static.take((low_m <= bm) & (bm <= max_m) & (bn <= max_n) & (min_k <= bk) & (bk <= max_k)
+                            & (static.num_stages <= np.maximum(low_s, k_steps + 1)))
+        several = (-(-problem.m // found.block_m) > 1) & (-(-problem.n // found.block_n) > 1)
+        found.table[5] = np.where(several, GROUP_SIZES[-1], GROUP_SIZES[0])
+        return found
+
+    plain = in_range(_static_plain(hardware, element, out_bytes, low_s, False))
     parts = [plain]
     if split_k_searched(problem, hardware):
         parts.append(_split_arrays(plain, problem, hardware, low_s))
@@ -440,33 +480,24 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     if phases != 1 and workspace_fits(phases, problem, hardware):
         twins = _with(plain, k_phases=phases)
         parts.append(twins.take(twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1)))
-    result = _concatenate(parts)
     # The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs wgmma
     # instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8 warps.
     # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both
     # operands from shared memory, so its warps no longer wait on ldmatrix:
     # `cost.mma_and_smem_take_turns`).
-    swapped = _with(result, swap_ab=True)
-    runs_wgmma = uses_wgmma_arrays(swapped, problem, hardware)
-    swapped = swapped.take(~uses_wgmma_arrays(result, problem, hardware) & runs_wgmma)
-    parts = [result, swapped]
+    if hardware.wgmma and not resources.uses_fma(problem):
+        unswapped = parts[0] if len(parts) == 1 else _concatenate(parts)
+        turns = ((unswapped.block_m % resources.WGMMA_ROWS != 0) & (unswapped.block_n % resources.WGMMA_ROWS == 0)
+                 & (unswapped.num_warps % 4 == 0))
+        if turns.any():
+            parts.append(_with(unswapped.take(turns), swap_ab=1))
     # The TMA kernel's twins of the plain wgmma candidates it can run (`resources.tma_errors`) with
     # its store staging in shared memory (`resources.shared_memory_bytes`). The kernel also runs
     # mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
     # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md).
-    if hardware.tma:
-        twins = _with(plain.take(uses_wgmma_arrays(plain, problem, hardware)), tma=True)
-        if not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's own limits
-            biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
-            smem = (twins.num_stages * ((twins.block_m + twins.block_n) * twins.block_k) * element
-                    + twins.block_m * np.where(twins.block_n >= 256, twins.block_n // 2, twins.block_n)
-                    * problem.out_bytes)
-            parts.append(twins.take((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
-                                    & (32 * twins.num_warps <= 1024)
-                                    & (programs_per_sm_arrays(twins, problem, hardware) >= 1)))
-    result = _concatenate(parts)
-    order = np.lexsort(tuple(getattr(result, name) for name in reversed(FIELDS)))
-    return result.take(order)
+    if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
+        parts.append(in_range(_static_plain(hardware, element, out_bytes, low_s, True)))
+    return parts[0] if len(parts) == 1 else _concatenate(parts)
 
 
 def _split_arrays(plain: Candidates, problem: Problem, hardware: Hardware, low_s: int) -> Candidates:

@@ -436,7 +436,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     tiles = tiles_m * tiles_n * problem.batch
     grid = tiles * split
     k_steps = candidates.program_k_steps_arrays(c, problem)
-    programs = np.maximum(1, candidates.programs_per_sm_arrays(c, problem, hardware))
+    programs = np.maximum(1, candidates.programs_per_sm_arrays(c, element, problem.out_bytes, hardware))
     tiles_per_sm = -(-grid // sms)
     waves = -(-grid // (sms * programs))
     active_sms = np.minimum(grid, sms)
@@ -529,8 +529,9 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     launch = np.where(c.tma, hardware.launch_seconds + constants.tma_setup_seconds, hardware.launch_seconds + 0.0)
     partial_bytes = np.where(split > 1, c_bytes, 0.0)
     reduction = np.zeros(len(c))
-    for s in np.unique(split[split > 1]).tolist():
-        reduction[split == s] = reduction_seconds(problem, s, hardware, constants)
+    if split.max(initial=1) > 1:
+        for s in set(split.tolist()) - {1}:
+            reduction[split == s] = reduction_seconds(problem, s, hardware, constants)
     predicted = launch + np.maximum(sm, memory) + reduction
     return dict(
         tiles=tiles, programs=grid, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,

@@ -28,9 +28,8 @@ from jtblas.model.candidates import Candidates, candidate_arrays
 CACHE_SIZE = 4096
 
 
-def _ranked(problem: Problem, hardware: Hardware) -> tuple[Candidates, dict, np.ndarray]:
-    """Every candidate (as arrays), its terms, and the candidates' indices fastest first: the
-    order of the keys in the module doc, by one `np.lexsort` (its last key sorts first)."""
+def _estimated(problem: Problem, hardware: Hardware) -> tuple[Candidates, dict]:
+    """Every candidate (as arrays) and its terms (`cost.estimate_arrays`)."""
     errors = resources.memory_errors(problem, hardware)
     if errors:
         raise ValueError(f"jtblas: {problem.short()} cannot run on {hardware.name}: " + "; ".join(errors))
@@ -39,23 +38,34 @@ def _ranked(problem: Problem, hardware: Hardware) -> tuple[Candidates, dict, np.
         raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name} "
                          f"(hardware description: {hardware.source})")
     constants = hardware.model_constants()  # the defaults, or a calibrated profile's values
-    terms = cost.estimate_arrays(found, problem, hardware, constants)
+    return found, cost.estimate_arrays(found, problem, hardware, constants)
+
+
+def _order(found: Candidates, terms: dict) -> np.ndarray:
+    """The candidates' indices fastest first: the keys of the module doc, by one `np.lexsort`
+    (its last key sorts first); the candidate order is `Candidates.order_key`."""
     keys = (terms["predicted_seconds"], found.swap_ab, terms["sm"] + terms["memory"],
             -found.block_m * found.block_n, -found.block_k, found.num_stages, found.num_warps,
-            -found.group_m, found.split_k, found.tma, np.arange(len(found)))
-    return found, terms, np.lexsort(keys[::-1])
+            -found.group_m, found.split_k, found.tma, found.order_key())
+    return np.lexsort(keys[::-1])
 
 
 def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
     """Every candidate's estimate, fastest first (ties broken as the module doc says)."""
-    found, terms, order = _ranked(problem, hardware)
-    return cost.estimates_of(found, terms, order)
+    found, terms = _estimated(problem, hardware)
+    return cost.estimates_of(found, terms, _order(found, terms))
 
 
 def winner(problem: Problem, hardware: Hardware) -> cost.Estimate:
-    """`rank(problem, hardware)[0]`, building only the winner's `Config` and `Estimate`."""
-    found, terms, order = _ranked(problem, hardware)
-    return cost.estimates_of(found, terms, order[:1])[0]
+    """`rank(problem, hardware)[0]`, building only the winner's `Config` and `Estimate` (the
+    tie-break sorts only the candidates that tie for the fastest prediction)."""
+    found, terms = _estimated(problem, hardware)
+    seconds = terms["predicted_seconds"]
+    tied = np.flatnonzero(seconds == seconds.min())
+    if len(tied) > 1:
+        tied_terms = {name: terms[name][tied] for name in ("predicted_seconds", "sm", "memory")}
+        tied = tied[_order(found.take(tied), tied_terms)]
+    return cost.estimates_of(found, terms, tied[:1])[0]
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
