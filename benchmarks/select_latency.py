@@ -5,7 +5,7 @@
     python benchmarks/select_latency.py --compare FILE   # the same, compared with a dump
 
 Latency: every distinct product of the corpus (`jtblas.bench.shapes.load()`, all sets), each
-selected once with the model's caches cleared (uncached: the candidates ranked, repacking
+selected once with every cache cleared (`jtblas.selection.clear_cache`) (uncached: the candidates ranked, repacking
 planned) and then again (cached); median and 90th percentile per call.
 
 Picks: the plan (config, repacked operands) and its predicted seconds for every corpus product on
@@ -22,7 +22,7 @@ import statistics
 import time
 
 import jtblas
-from jtblas import hardware, model
+from jtblas import hardware, model, selection
 from jtblas.bench import shapes
 
 GPUS = ("h200", "h100", "a100")
@@ -90,7 +90,7 @@ def latency(gpu: str = "h200") -> None:
                  batch=p.batch, hardware=target) for p in problems]
     uncached, cached = [], []
     for kwargs in args:
-        model.clear_cache()
+        selection.clear_cache()
         start = time.perf_counter()
         jtblas.select(**kwargs)
         uncached.append(time.perf_counter() - start)

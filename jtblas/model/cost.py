@@ -57,6 +57,7 @@ equations.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -374,9 +375,28 @@ def _warp_grid_arrays(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray,
         warps_n = np.where(more & ~grow_m, warps_n * 2, warps_n)
 
 
-def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, shifted: np.ndarray,
+# log2 of the powers of two a tile edge or warp count can be (`Config`: edges ≤ 512, ≤ 16 warps).
+_LOG2 = np.zeros(513, dtype=np.int64)
+_LOG2[[1 << i for i in range(10)]] = np.arange(10)
+
+
+@functools.cache
+def _warp_grids() -> tuple[np.ndarray, np.ndarray]:
+    """`_warp_grid_arrays` of every (rows, columns, warps, wgmma) a `Config` can have, indexed by
+    `_warp_grid_index`."""
+    rows, columns, warps, wgmma = (np.array(axis).ravel() for axis in np.meshgrid(
+        [1 << i for i in range(10)], [1 << i for i in range(10)], [1 << i for i in range(5)], [0, 1],
+        indexing="ij"))
+    return _warp_grid_arrays(rows, columns, warps, wgmma.astype(bool))
+
+
+def _warp_grid_index(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray, wgmma: np.ndarray) -> np.ndarray:
+    return ((_LOG2[rows] * 10 + _LOG2[columns]) * 5 + _LOG2[warps]) * 2 + wgmma
+
+
+def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, full_width: np.ndarray,
                          constants: Constants) -> np.ndarray:
-    """`vector_bytes` of every candidate."""
+    """`vector_bytes` of every candidate (`full_width`: TMA or shifted by K phases)."""
     element = problem.operand_bytes
     full = constants.full_vector_bytes
     if operand == "a":
@@ -393,7 +413,7 @@ def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: st
     else:
         extent_bytes = extent * element
         widths = np.full(len(c), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
-    return np.where(c.tma | shifted, full, widths)
+    return np.where(full_width, full, widths)
 
 
 def _line_efficiency_arrays(c: candidates.Candidates, problem: Problem, operand: str,
@@ -418,6 +438,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     same order, so each element equals what a scalar evaluation would give, bit for bit)."""
     bm, bn, bk = c.block_m, c.block_n, c.block_k
     warps, stages = c.num_warps, c.num_stages
+    swap, tma = c.swap_ab, c.tma
     split = c.split_k * c.k_phases  # programs per tile: K splits or K phases, each with an fp32 partial
     element = problem.operand_bytes
     clock = hardware.clock_hz
@@ -459,25 +480,26 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         if hardware.wgmma:
             rate = np.where(~wgmma, rate * constants.mma_sync_fraction_on_wgmma_gpu, rate)
             if problem.transpose_b and not problem.transpose_a:
-                rate = np.where(wgmma & ~c.tma, rate * constants.k_major_b_efficiency, rate)
+                rate = np.where(wgmma & ~tma, rate * constants.k_major_b_efficiency, rate)
     step_mma = 2.0 * bm * bn * bk * (sms / rate)
     # Shared memory: the MMA operand reads plus the async copies writing the next stage.
-    rows = np.where(c.swap_ab, bn, bm)
-    columns = np.where(c.swap_ab, bm, bn)
-    warps_m, warps_n = _warp_grid_arrays(rows, columns, warps, wgmma)
+    rows = np.where(swap, bn, bm)
+    columns = np.where(swap, bm, bn)
+    grid_index = _warp_grid_index(rows, columns, warps, wgmma)
+    warps_m, warps_n = (grid[grid_index] for grid in _warp_grids())
     column_readers = np.where(wgmma, rows // resources.WGMMA_ROWS, warps_m)
     row_bytes = bk * rows * warps_n * element
     column_bytes = bk * columns * column_readers * element
-    a_reads = np.where(c.swap_ab, column_bytes, row_bytes)
-    b_reads = np.where(c.swap_ab, row_bytes, column_bytes)
+    a_reads = np.where(swap, column_bytes, row_bytes)
+    b_reads = np.where(swap, row_bytes, column_bytes)
     swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * element / constants.swizzle_bytes)
     swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * element / constants.swizzle_bytes)
     smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
     step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
-    vector_a = _vector_bytes_arrays(c, problem, "a", shift_a, constants)
-    vector_b = _vector_bytes_arrays(c, problem, "b", shift_b, constants)
+    vector_a = _vector_bytes_arrays(c, problem, "a", tma | shift_a, constants)
+    vector_b = _vector_bytes_arrays(c, problem, "b", tma | shift_b, constants)
     step_load = (a_loaded * full / vector_a + b_step * full / vector_b) / load_port
-    step_overhead = np.where(c.tma, constants.tma_k_step_overhead_clocks / clock,
+    step_overhead = np.where(tma, constants.tma_k_step_overhead_clocks / clock,
                              constants.k_step_overhead_clocks / clock)
     step = np.maximum(np.maximum(step_mma, step_smem), step_load) + step_overhead
     take_turns = ~wgmma & (warps <= constants.warp_schedulers_per_sm) & (rows // warps_m <= resources.MMA_ROWS)
@@ -526,7 +548,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     l2 = l2_bytes / hardware.l2_bytes_per_s
     memory = np.maximum(dram, l2) + latency
 
-    launch = np.where(c.tma, hardware.launch_seconds + constants.tma_setup_seconds, hardware.launch_seconds + 0.0)
+    launch = np.where(tma, hardware.launch_seconds + constants.tma_setup_seconds, hardware.launch_seconds + 0.0)
     partial_bytes = np.where(split > 1, c_bytes, 0.0)
     reduction = np.zeros(len(c))
     if split.max(initial=1) > 1:
