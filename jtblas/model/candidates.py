@@ -310,12 +310,17 @@ class Candidates:
     """Configurations as a struct of arrays: one int64 row per `Config` field (`FIELDS`; swap_ab
     and tma as 0/1, read back as bool arrays), column i the i-th configuration. The model's
     equations (`cost.estimate_arrays`) evaluate every candidate at once on these; a `Config` is
-    built only for the configurations asked for (`config(i)`)."""
+    built only for the configurations asked for (`config(i)`).
 
-    __slots__ = ("table",)
+    Two more rows hold what the search computes anyway and the equations need (`DERIVED`):
+    programs per SM and whether the tile runs wgmma, valid where `derived` is true (the search's
+    candidates; `of` leaves them to the equations)."""
 
-    def __init__(self, table: np.ndarray):
+    __slots__ = ("table", "derived")
+
+    def __init__(self, table: np.ndarray, derived: bool = False):
         self.table = table
+        self.derived = derived
 
     def __len__(self) -> int:
         return self.table.shape[1]
@@ -323,8 +328,9 @@ class Candidates:
     @classmethod
     def of(cls, configs: list[Config]) -> Candidates:
         """The arrays of `configs`, in their order."""
-        return cls(np.array([[getattr(c, name) for c in configs] for name in FIELDS], dtype=np.int64)
-                   .reshape(len(FIELDS), len(configs)))
+        fields = [[getattr(c, name) for c in configs] for name in FIELDS]
+        unknown = [[-1] * len(configs)] * len(DERIVED)
+        return cls(np.array(fields + unknown, dtype=np.int64).reshape(len(ROWS), len(configs)))
 
     block_m = property(lambda self: self.table[0])
     block_n = property(lambda self: self.table[1])
@@ -339,7 +345,7 @@ class Candidates:
 
     def take(self, index) -> Candidates:
         """The candidates at `index` (a boolean mask or integer indices), in that order."""
-        return Candidates(self.table[:, index])
+        return Candidates(self.table[:, index], self.derived)
 
     def config(self, i: int) -> Config:
         """The i-th candidate as a `Config`."""
@@ -349,7 +355,7 @@ class Candidates:
         """Every candidate as a `Config`, in order."""
         return [Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
                        k_phases=p, swap_ab=bool(swap), tma=bool(tma))
-                for bm, bn, bk, w, s, g, sk, p, swap, tma in self.table.T.tolist()]
+                for bm, bn, bk, w, s, g, sk, p, swap, tma in self.table[:len(FIELDS)].T.tolist()]
 
     def order_key(self) -> np.ndarray:
         """One int64 per candidate that sorts as `_order` does (each field in its own bits)."""
@@ -359,37 +365,41 @@ class Candidates:
         return key
 
 
+# The rows after the fields (see `Candidates`).
+DERIVED = ("programs_per_sm", "uses_wgmma")
+ROWS = FIELDS + DERIVED
 # Bits of each field in `Candidates.order_key` (largest values: blocks 512, warps 16, stages 8,
 # group 64, split 256, phases 8, flags 1): 10+10+10+5+4+7+9+4+1+1 = 61 bits.
 _ORDER_BITS = (10, 10, 10, 5, 4, 7, 9, 4, 1, 1)
 
 
 def _concatenate(parts: list[Candidates]) -> Candidates:
-    return Candidates(np.concatenate([p.table for p in parts], axis=1))
+    return Candidates(np.concatenate([p.table for p in parts], axis=1), all(p.derived for p in parts))
 
 
 def _with(candidates: Candidates, **values) -> Candidates:
-    """`candidates` with the named fields set to one value each (a twin of every candidate)."""
+    """`candidates` with the named rows set to one value each (a twin of every candidate)."""
     table = candidates.table.copy()
     for name, value in values.items():
-        table[FIELDS.index(name)] = value
-    return Candidates(table)
+        table[ROWS.index(name)] = value
+    return Candidates(table, candidates.derived)
 
 
 def _product_grid() -> Candidates:
     """Every (block_m, block_n, num_warps, block_k, num_stages) of the search, plain (group_m,
     split_k, k_phases 1, neither swapped nor TMA)."""
-    grid = np.array([(bm, bn, bk, w, s, 1, 1, 1, 0, 0) for bm, bn, w, bk, s in
+    grid = np.array([(bm, bn, bk, w, s, 1, 1, 1, 0, 0, -1, -1) for bm, bn, w, bk, s in
                      itertools.product(BLOCK_SIZES, BLOCK_SIZES, NUM_WARPS, BLOCK_K_SIZES, NUM_STAGES)],
                     dtype=np.int64)
     return Candidates(np.ascontiguousarray(grid.T))
 
 
 @functools.lru_cache(maxsize=64)
-def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, tma: bool) -> Candidates:
+def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, fma: bool, tma: bool) -> Candidates:
     """The plain candidates (or with `tma`, their TMA twins) of the rules that depend on nothing
     but the hardware, the operand and output sizes and the fewest stages: registers, warps per
-    tile, shared memory, occupancy. `candidate_arrays` then applies the problem's limits."""
+    tile, shared memory, occupancy; with their programs per SM and wgmma (`fma`: the tile runs on
+    the FMA units, `resources.uses_fma`). `candidate_arrays` then applies the problem's limits."""
     grid = _product_grid()
     bm, bn, bk, warps, stages = grid.block_m, grid.block_n, grid.block_k, grid.num_warps, grid.num_stages
     accumulators = bm * bn // (32 * warps)
@@ -401,19 +411,28 @@ def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, 
             & (low_s <= stages)
             & (stages * (bm + bn) * bk * element <= hardware.smem_per_block))
     plain = grid.take(keep)
-    plain = plain.take(programs_per_sm_arrays(plain, element, out_bytes, hardware) >= 1)
+    programs = programs_per_sm_arrays(plain, element, out_bytes, hardware)
+    plain = plain.take(programs >= 1)
+    plain.table[ROWS.index("programs_per_sm")] = programs[programs >= 1]
+    wgmma = ((plain.block_m % resources.WGMMA_ROWS == 0) & (plain.num_warps % 4 == 0)
+             & hardware.wgmma & (not fma))
+    plain.table[ROWS.index("uses_wgmma")] = wgmma
+    plain.derived = True
     if not tma:
         return plain
     # The TMA kernel's twins of the plain wgmma tiles (rows a multiple of 64, a warpgroup's warps)
     # that fit with its store staging (`resources.fit_errors`, `resources.tma_errors` per config).
-    twins = _with(plain.take((plain.block_m % resources.WGMMA_ROWS == 0) & (plain.num_warps % 4 == 0)), tma=1)
+    twins = _with(plain.take(wgmma), tma=1)
     biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
     store_n = np.where(twins.block_n >= 256, twins.block_n // 2, twins.block_n)
     smem = (twins.num_stages * ((twins.block_m + twins.block_n) * twins.block_k) * element
             + twins.block_m * store_n * out_bytes)
-    return twins.take((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
-                      & (32 * twins.num_warps <= 1024)
-                      & (programs_per_sm_arrays(twins, element, out_bytes, hardware) >= 1))
+    programs = programs_per_sm_arrays(twins, element, out_bytes, hardware)
+    keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
+            & (32 * twins.num_warps <= 1024) & (programs >= 1))
+    twins = twins.take(keep)
+    twins.table[ROWS.index("programs_per_sm")] = programs[keep]
+    return twins
 
 
 def uses_wgmma_arrays(candidates: Candidates, problem: Problem, hardware: Hardware) -> np.ndarray:
@@ -443,9 +462,11 @@ def program_k_steps_arrays(candidates: Candidates, problem: Problem) -> np.ndarr
     """`program_k_steps` of every candidate."""
     bk = candidates.block_k
     phases = candidates.k_phases
+    k_blocks = -(-problem.k // bk)
+    if not (phases > 1).any():
+        return -(-k_blocks // candidates.split_k)
     phase_rows = -(-problem.k // phases)
     phase_steps = -(-phase_rows // bk)
-    k_blocks = -(-problem.k // bk)
     split_steps = -(-k_blocks // candidates.split_k)
     return np.where(phases > 1, phase_steps, split_steps)
 
@@ -469,7 +490,8 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
         found.table[5] = np.where(several, GROUP_SIZES[-1], GROUP_SIZES[0])
         return found
 
-    plain = in_range(_static_plain(hardware, element, out_bytes, low_s, False))
+    fma = resources.uses_fma(problem)
+    plain = in_range(_static_plain(hardware, element, out_bytes, low_s, fma, False))
     parts = [plain]
     if split_k_searched(problem, hardware):
         parts.append(_split_arrays(plain, problem, hardware, low_s))
@@ -485,18 +507,18 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both
     # operands from shared memory, so its warps no longer wait on ldmatrix:
     # `cost.mma_and_smem_take_turns`).
-    if hardware.wgmma and not resources.uses_fma(problem):
+    if hardware.wgmma and not fma:
         unswapped = parts[0] if len(parts) == 1 else _concatenate(parts)
         turns = ((unswapped.block_m % resources.WGMMA_ROWS != 0) & (unswapped.block_n % resources.WGMMA_ROWS == 0)
                  & (unswapped.num_warps % 4 == 0))
         if turns.any():
-            parts.append(_with(unswapped.take(turns), swap_ab=1))
+            parts.append(_with(unswapped.take(turns), swap_ab=1, uses_wgmma=1))
     # The TMA kernel's twins of the plain wgmma candidates it can run (`resources.tma_errors`) with
     # its store staging in shared memory (`resources.shared_memory_bytes`). The kernel also runs
     # mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
     # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md).
     if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
-        parts.append(in_range(_static_plain(hardware, element, out_bytes, low_s, True)))
+        parts.append(in_range(_static_plain(hardware, element, out_bytes, low_s, fma, True)))
     return parts[0] if len(parts) == 1 else _concatenate(parts)
 
 

@@ -444,20 +444,27 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     clock = hardware.clock_hz
     sms = hardware.sm_count
     # A shifted operand's tiles (K phases) start up to 16 bytes' worth of elements before C's.
-    phased = c.k_phases > 1
-    shifts = []
-    for along_k, stride in zip(resources.rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride)):
-        misaligned = along_k and (stride * problem.operand_bytes) % resources.VECTOR_BYTES != 0
-        shifts.append(phased & misaligned
-                      & ((c.k_phases * stride * problem.operand_bytes) % resources.VECTOR_BYTES == 0))
-    shift_a, shift_b = shifts
+    shift_a = shift_b = False
+    if resources.needed_k_phases(problem) > 1:
+        phased = c.k_phases > 1
+        shifts = []
+        for along_k, stride in zip(resources.rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride)):
+            misaligned = along_k and (stride * problem.operand_bytes) % resources.VECTOR_BYTES != 0
+            shifts.append(phased & misaligned
+                          & ((c.k_phases * stride * problem.operand_bytes) % resources.VECTOR_BYTES == 0))
+        shift_a, shift_b = shifts
     reach = constants.full_vector_bytes // element - 1
     tiles_m = -(-(problem.m + reach * shift_a) // bm)
     tiles_n = -(-(problem.n + reach * shift_b) // bn)
     tiles = tiles_m * tiles_n * problem.batch
     grid = tiles * split
     k_steps = candidates.program_k_steps_arrays(c, problem)
-    programs = np.maximum(1, candidates.programs_per_sm_arrays(c, element, problem.out_bytes, hardware))
+    if c.derived:
+        programs = np.maximum(1, c.table[candidates.ROWS.index("programs_per_sm")])
+        wgmma = c.table[candidates.ROWS.index("uses_wgmma")] != 0
+    else:
+        programs = np.maximum(1, candidates.programs_per_sm_arrays(c, element, problem.out_bytes, hardware))
+        wgmma = candidates.uses_wgmma_arrays(c, problem, hardware)
     tiles_per_sm = -(-grid // sms)
     waves = -(-grid // (sms * programs))
     active_sms = np.minimum(grid, sms)
@@ -469,29 +476,28 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     full = constants.full_vector_bytes
     a_step = bm * bk * element
     b_step = bk * bn * element
-    a_rows = bm if problem.transpose_a else np.where(problem.m < bm, problem.m, bm)
+    a_rows = bm if problem.transpose_a else np.minimum(bm, problem.m)  # M where A's rows are masked
     a_loaded = a_rows * bk * element
-    wgmma = candidates.uses_wgmma_arrays(c, problem, hardware)
     # mma_seconds_per_flop
     if resources.uses_fma(problem):
-        rate = np.full(len(c), hardware.fp32_flops)
+        rate = hardware.fp32_flops
     else:
-        rate = np.full(len(c), float(hardware.tensor_flops[problem.dtype]))
+        rate = hardware.tensor_flops[problem.dtype]
         if hardware.wgmma:
-            rate = np.where(~wgmma, rate * constants.mma_sync_fraction_on_wgmma_gpu, rate)
+            rate = np.where(wgmma, rate, rate * constants.mma_sync_fraction_on_wgmma_gpu)
             if problem.transpose_b and not problem.transpose_a:
                 rate = np.where(wgmma & ~tma, rate * constants.k_major_b_efficiency, rate)
     step_mma = 2.0 * bm * bn * bk * (sms / rate)
     # Shared memory: the MMA operand reads plus the async copies writing the next stage.
-    rows = np.where(swap, bn, bm)
-    columns = np.where(swap, bm, bn)
+    swapped = swap.any()
+    rows, columns = (np.where(swap, bn, bm), np.where(swap, bm, bn)) if swapped else (bm, bn)
     grid_index = _warp_grid_index(rows, columns, warps, wgmma)
     warps_m, warps_n = (grid[grid_index] for grid in _warp_grids())
     column_readers = np.where(wgmma, rows // resources.WGMMA_ROWS, warps_m)
     row_bytes = bk * rows * warps_n * element
     column_bytes = bk * columns * column_readers * element
-    a_reads = np.where(swap, column_bytes, row_bytes)
-    b_reads = np.where(swap, row_bytes, column_bytes)
+    a_reads, b_reads = ((np.where(swap, column_bytes, row_bytes), np.where(swap, row_bytes, column_bytes))
+                        if swapped else (row_bytes, column_bytes))
     swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * element / constants.swizzle_bytes)
     swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * element / constants.swizzle_bytes)
     smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
@@ -550,10 +556,15 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
 
     launch = np.where(tma, hardware.launch_seconds + constants.tma_setup_seconds, hardware.launch_seconds + 0.0)
     partial_bytes = np.where(split > 1, c_bytes, 0.0)
-    reduction = np.zeros(len(c))
-    if split.max(initial=1) > 1:
-        for s in set(split.tolist()) - {1}:
-            reduction[split == s] = reduction_seconds(problem, s, hardware, constants)
+    # The reduction kernel's time per split (a table indexed by split; 0 without one).
+    splits = np.flatnonzero(np.bincount(split))
+    if splits[-1] > 1:
+        per_split = np.zeros(splits[-1] + 1)
+        for s in splits[splits > 1].tolist():
+            per_split[s] = reduction_seconds(problem, s, hardware, constants)
+        reduction = per_split[split]
+    else:
+        reduction = np.zeros(len(c))
     predicted = launch + np.maximum(sm, memory) + reduction
     return dict(
         tiles=tiles, programs=grid, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
