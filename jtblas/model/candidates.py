@@ -5,7 +5,12 @@ pass `rejection_reasons` (each rule below, with its reason). The exhaustive-sear
 exactly this list, so it is kept to a few hundred configurations per shape by rules about what
 the hardware can run and what the problem can use, never by predicted times.
 
-Pure Python: no JAX, no Triton.
+`candidate_arrays` is the search as `select` runs it: the same rules on arrays of every
+candidate at once (`Candidates`), without building a `Config`; `candidates_for_problem` is its
+list of `Config`s in order, and `rejection_reasons` the rules one config at a time, in words
+(a test checks that the two agree).
+
+Python and NumPy: no JAX, no Triton.
 """
 
 from __future__ import annotations

@@ -49,7 +49,12 @@ on a grid of tiles over C widened by up to 16 bytes' worth of shifted rows (colu
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
 
-Pure Python: no JAX, no Triton. The constants are in `jtblas.constants.Constants` with their
+`estimate_arrays` evaluates these equations on every candidate at once (NumPy arrays, one per
+`Config` field: `candidates.Candidates`), operation for operation as written here, so that each
+element is what one config's evaluation gives, bit for bit; `estimate` is that function on one
+config, with every term in an `Estimate` (what `explain` prints).
+
+Python and NumPy: no JAX, no Triton. The constants are in `jtblas.constants.Constants` with their
 sources; a calibrated profile (a later `jtblas calibrate`) replaces them without touching the
 equations.
 """

@@ -11,7 +11,7 @@ smaller split_k (less partial traffic), the pointer kernel over the TMA kernel (
 predicts apart: the TMA twin's set-up per launch and shorter K step, `jtblas.constants.Constants`), and
 finally the candidate order; so the answer is deterministic.
 
-Pure Python: no JAX, no Triton.
+Python and NumPy: no JAX, no Triton.
 """
 
 from __future__ import annotations
