@@ -7,6 +7,7 @@ Python; JAX is touched only to read a dtype's name and to map `precision` (`jtbl
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,30 @@ def problem_of_sizes(
     )
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
+def _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch) -> Problem:
+    return problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                            transpose_b=transpose_b, precision=precision, batch=batch)
+
+
+def _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch) -> Problem:
+    """`problem_of_sizes`, remembered per distinct arguments (typed: 1, True and 1.0 stay apart), so
+    that a repeated `select` costs a dictionary lookup or two, not a validation (~5 µs); arguments
+    that cannot be hashed (a precision given as a list) are converted every time."""
+    try:
+        return _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch)
+    except TypeError:  # unhashable: convert them without the cache (problem_of_sizes's own errors recur)
+        return problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
+                                transpose_b=transpose_b, precision=precision, batch=batch)
+
+
+def clear_cache() -> None:
+    """Forgets the remembered arguments and the model's cached selections and plans
+    (`jtblas.model.clear_cache`)."""
+    _cached_problem.cache_clear()
+    model.clear_cache()
+
+
 def select(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
@@ -82,8 +107,7 @@ def select(
       runs, which, where the model repacks misaligned operands into padded copies (`explain` says
       so), is the padded problem; the same every time (cached).
     """
-    problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                               transpose_b=transpose_b, precision=precision, batch=batch)
+    problem = _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch)
     return model.plan_for_problem(problem, hardware_lib.get(hardware)).config
 
 

@@ -145,6 +145,24 @@ def test_candidates_match_the_rules():
         assert sorted(kept, key=candidates._order) == model.candidates_for_problem(problem, hw)
 
 
+@pytest.mark.parametrize("problem,gpu", [
+    (Problem(m=4096, n=4096, k=4096), "h200"),  # TMA twins
+    (Problem(m=1, n=3584, k=18944), "h200"),  # swapped twins, split-K
+    (Problem(m=768, n=50257, k=1600), "h200"),  # K phases (B's rows along K misaligned)
+    (Problem(m=255, n=333, k=65536, dtype="float32", out_dtype="float32", input_precision="ieee"), "a100"),
+    (Problem(m=128, n=128, k=64, transpose_b=True, batch=32), "h100"),
+])
+def test_ranking_all_at_once_equals_one_config_at_a_time(problem, gpu):
+    """`select` ranks every candidate at once (`cost.estimate_arrays` on `candidate_arrays`, whose
+    programs per SM and wgmma come from the search): each candidate's terms equal `cost.estimate`
+    of its Config alone, and `winner` is `rank`'s first."""
+    hw = hardware.get(gpu)
+    ranked = rank(problem, hw)
+    for estimate in ranked:
+        assert estimate == cost.estimate(estimate.config, problem, hw, hw.model_constants())
+    assert model.select.winner(problem, hw) == ranked[0]
+
+
 def test_hopper_rules():
     hw = hardware.H200
     problem = Problem(m=4096, n=4096, k=4096)

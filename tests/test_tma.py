@@ -27,7 +27,7 @@ TMA_CONFIGS = [
     jtblas.Config(block_m=64, block_n=256, block_k=16, group_m=1, num_warps=4, num_stages=3, tma=True),  # halves
 ]
 # Tiles Triton lowers to mma.sync (fewer than 64 rows, or not a warpgroup's warps): the kernel runs
-# them, the model does not offer them (`candidates._tma_candidates`).
+# them, the model does not offer them (`candidates.candidate_arrays`).
 MMA_SYNC_TMA_CONFIGS = [
     jtblas.Config(block_m=16, block_n=64, block_k=64, group_m=1, num_warps=2, num_stages=3, tma=True),
     jtblas.Config(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=2, tma=True),

@@ -3,9 +3,9 @@
 Modules, one job each: `resources` (shared memory, registers, occupancy, instruction layout),
 `candidates` (the search space and its feasibility rules), `cost` (the equations, in one place),
 `select` (argmin, cache), `repack` (whether copying misaligned operands into padded buffers
-pays; the top of the plan), `explain` (the ranking in words). Pure Python: imports neither JAX
-nor Triton and queries no device, so it runs and is tested on any machine with any hardware
-description.
+pays; the top of the plan), `explain` (the ranking in words). Python and NumPy (every candidate
+is ranked at once, as arrays): imports neither JAX nor Triton and queries no device, so it runs
+and is tested on any machine with any hardware description.
 """
 
 from jtblas.constants import Constants

@@ -5,12 +5,21 @@ pass `rejection_reasons` (each rule below, with its reason). The exhaustive-sear
 exactly this list, so it is kept to a few hundred configurations per shape by rules about what
 the hardware can run and what the problem can use, never by predicted times.
 
-Pure Python: no JAX, no Triton.
+`candidate_arrays` is the search as `select` runs it: the same rules on arrays of every
+candidate at once (`Candidates`), without building a `Config`; `candidates_for_problem` is its
+list of `Config`s in order, and `rejection_reasons` the rules one config at a time, in words
+(a test checks that the two agree).
+
+Python and NumPy: no JAX, no Triton.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+
+import numpy as np
 
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
@@ -278,95 +287,11 @@ def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]
     """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
     block_k, num_warps, num_stages, group_m, split_k, k_phases, swap_ab, tma ascending). Equal to the
     configs of BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (1, needed k_phases) x
-    (False, True) x (False, True) with
-    no `rejection_reasons`, computed
-    with the same integer arithmetic but without building rejected Configs (select stays fast)."""
-    max_m, max_n, min_k, max_k = block_limits(problem, hardware)
-    low_m = min_block_m(problem, hardware)
-    low_s = min_stages(problem, hardware)
-    element = problem.operand_bytes
-    result = []
-    for block_m in BLOCK_SIZES:
-        if not low_m <= block_m <= max_m:
-            continue
-        for block_n in BLOCK_SIZES:
-            if block_n > max_n:
-                continue
-            groups = _group_sizes(block_m, block_n, problem)
-            for num_warps in NUM_WARPS:
-                accumulators = block_m * block_n // (32 * num_warps)
-                if not _enough_accumulators(block_m, block_n, num_warps):
-                    continue
-                if accumulators + resources.NON_ACCUMULATOR_REGISTERS > hardware.max_regs_per_thread:
-                    continue
-                if num_warps == 8 and block_m * block_n < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS:
-                    continue
-                if num_warps == 2 and block_m > MAX_BLOCK_M_FOR_2_WARPS:
-                    continue
-                for block_k in BLOCK_K_SIZES:
-                    if not min_k <= block_k <= max_k:
-                        continue
-                    k_steps = -(-problem.k // block_k)
-                    for num_stages in NUM_STAGES:
-                        if not low_s <= num_stages <= max(low_s, k_steps + 1):
-                            continue
-                        if num_stages * (block_m + block_n) * block_k * element > hardware.smem_per_block:
-                            continue
-                        for group_m in groups:
-                            config = Config(
-                                block_m=block_m, block_n=block_n, block_k=block_k, group_m=group_m,
-                                num_warps=num_warps, num_stages=num_stages,
-                            )
-                            if resources.programs_per_sm(config, problem, hardware) >= 1:
-                                result.append(config)
-    plain = list(result)
-    if split_k_searched(problem, hardware):
-        result.extend(_split_candidates(plain, problem, hardware))
-    result.extend(_phase_candidates(plain, problem, hardware))
-    result.extend(_swap_candidates(result, problem, hardware))
-    if hardware.tma:
-        result.extend(_tma_candidates(plain, problem, hardware))
-    result.sort(key=_order)
-    return result
-
-
-def _phase_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
-    """The K-phase twins (`Config.k_phases`) of the plain candidates, where an operand stored with
-    its rows along K is not 16-byte aligned row to row (`resources.needed_k_phases`): the fewest
-    phases that align it, with the stage range of a phase's shorter K loop."""
-    phases = resources.needed_k_phases(problem)
-    if phases == 1 or not workspace_fits(phases, problem, hardware):
-        return []
-    low_s = min_stages(problem, hardware)
-    result = []
-    for config in plain:
-        twin = dataclasses.replace(config, k_phases=phases)
-        if config.num_stages <= max(low_s, program_k_steps(twin, problem) + 1):
-            result.append(twin)
-    return result
-
-
-def _tma_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
-    """The TMA kernel's twins of the plain wgmma candidates it can run (`resources.tma_errors`)
-    with its store staging in shared memory (`resources.shared_memory_bytes`). The kernel also
-    runs mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
-    wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md)."""
-    twins = (dataclasses.replace(config, tma=True) for config in plain
-             if resources.uses_wgmma(config, problem, hardware))
-    return [config for config in twins
-            if not resources.fit_errors(config, problem, hardware)
-            and resources.programs_per_sm(config, problem, hardware) >= 1]
-
-
-def _swap_candidates(configs: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
-    """The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs
-    wgmma instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8
-    warps (`resources.uses_wgmma` of the twin). The twin loads, holds and stores what the tile
-    does; only its MMA differs (wgmma reads both operands from shared memory, so its warps no
-    longer wait on ldmatrix: `cost.mma_and_smem_take_turns`)."""
-    twins = (dataclasses.replace(config, swap_ab=True) for config in configs
-             if not resources.uses_wgmma(config, problem, hardware))
-    return [config for config in twins if resources.uses_wgmma(config, problem, hardware)]
+    (False, True) x (False, True) with no `rejection_reasons`, computed with the same integer
+    arithmetic on arrays (`candidate_arrays`, what `select` ranks) without building rejected
+    Configs."""
+    found = candidate_arrays(problem, hardware)
+    return found.take(np.argsort(found.order_key(), kind="stable")).configs()
 
 
 def _swap_twin(config: Config, problem: Problem, hardware: Hardware) -> bool:
@@ -375,26 +300,250 @@ def _swap_twin(config: Config, problem: Problem, hardware: Hardware) -> bool:
             and not resources.uses_wgmma(dataclasses.replace(config, swap_ab=False), problem, hardware))
 
 
-def _split_candidates(plain: list[Config], problem: Problem, hardware: Hardware) -> list[Config]:
-    """The split-K variants of the plain candidates that `split_k_rejections` keeps (a split
-    config differs from a plain one only in split_k, and its stage range is that of its shorter
-    K loop, a subset of the plain one's)."""
-    result = []
-    low_s = min_stages(problem, hardware)
-    for config in plain:
-        if not _split_tile(config.block_n, problem, hardware):
-            continue
-        tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n) * problem.batch
-        k_blocks = -(-problem.k // config.block_k)
-        for split in SPLIT_K_FACTORS:
-            if (not _split_fits(split, tiles, k_blocks, hardware, problem)
-                    or _split_fits(4 * split, tiles, k_blocks, hardware, problem)):
-                continue
-            if config.num_stages <= max(low_s, -(-k_blocks // split) + 1):
-                result.append(dataclasses.replace(config, split_k=split))
-    return result
-
-
 def _order(config: Config) -> tuple[int, ...]:
     return (config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages,
             config.group_m, config.split_k, config.k_phases, config.swap_ab, config.tma)
+
+
+# --- The same search space as arrays (what `select` ranks) ----------------------------------------
+
+FIELDS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "split_k", "k_phases",
+          "swap_ab", "tma")
+
+
+class Candidates:
+    """Configurations as a struct of arrays: one int64 row per `Config` field (`FIELDS`; swap_ab
+    and tma as 0/1, read back as bool arrays), column i the i-th configuration. The model's
+    equations (`cost.estimate_arrays`) evaluate every candidate at once on these; a `Config` is
+    built only for the configurations asked for (`config(i)`).
+
+    Two more rows hold what the search computes anyway and the equations need (`DERIVED`):
+    programs per SM and whether the tile runs wgmma, valid where `derived` is true (the search's
+    candidates; `of` leaves them to the equations)."""
+
+    __slots__ = ("table", "derived")
+
+    def __init__(self, table: np.ndarray, derived: bool = False):
+        self.table = table
+        self.derived = derived
+
+    def __len__(self) -> int:
+        return self.table.shape[1]
+
+    @classmethod
+    def of(cls, configs: list[Config]) -> Candidates:
+        """The arrays of `configs`, in their order."""
+        fields = [[getattr(c, name) for c in configs] for name in FIELDS]
+        unknown = [[-1] * len(configs)] * len(DERIVED)
+        return cls(np.array(fields + unknown, dtype=np.int64).reshape(len(ROWS), len(configs)))
+
+    block_m = property(lambda self: self.table[0])
+    block_n = property(lambda self: self.table[1])
+    block_k = property(lambda self: self.table[2])
+    num_warps = property(lambda self: self.table[3])
+    num_stages = property(lambda self: self.table[4])
+    group_m = property(lambda self: self.table[5])
+    split_k = property(lambda self: self.table[6])
+    k_phases = property(lambda self: self.table[7])
+    swap_ab = property(lambda self: self.table[8] != 0)
+    tma = property(lambda self: self.table[9] != 0)
+
+    def take(self, index) -> Candidates:
+        """The candidates at `index` (a boolean mask or integer indices), in that order."""
+        return Candidates(self.table[:, index], self.derived)
+
+    def config(self, i: int) -> Config:
+        """The i-th candidate as a `Config`."""
+        return self.take([i]).configs()[0]
+
+    def configs(self) -> list[Config]:
+        """Every candidate as a `Config`, in order."""
+        return [Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
+                       k_phases=p, swap_ab=bool(swap), tma=bool(tma))
+                for bm, bn, bk, w, s, g, sk, p, swap, tma in self.table[:len(FIELDS)].T.tolist()]
+
+    def order_key(self) -> np.ndarray:
+        """One int64 per candidate that sorts as `_order` does (each field in its own bits)."""
+        key = np.zeros(len(self), dtype=np.int64)
+        for row, bits in zip(self.table, _ORDER_BITS):
+            key = (key << bits) | row
+        return key
+
+
+# The rows after the fields (see `Candidates`).
+DERIVED = ("programs_per_sm", "uses_wgmma")
+ROWS = FIELDS + DERIVED
+# Bits of each field in `Candidates.order_key` (largest values: blocks 512, warps 16, stages 8,
+# group 64, split 256, phases 8, flags 1): 10+10+10+5+4+7+9+4+1+1 = 61 bits.
+_ORDER_BITS = (10, 10, 10, 5, 4, 7, 9, 4, 1, 1)
+
+
+def _concatenate(parts: list[Candidates]) -> Candidates:
+    return Candidates(np.concatenate([p.table for p in parts], axis=1), all(p.derived for p in parts))
+
+
+def _with(candidates: Candidates, **values) -> Candidates:
+    """`candidates` with the named rows set to one value each (a twin of every candidate)."""
+    table = candidates.table.copy()
+    for name, value in values.items():
+        table[ROWS.index(name)] = value
+    return Candidates(table, candidates.derived)
+
+
+def _product_grid() -> Candidates:
+    """Every (block_m, block_n, num_warps, block_k, num_stages) of the search, plain (group_m,
+    split_k, k_phases 1, neither swapped nor TMA)."""
+    grid = np.array([(bm, bn, bk, w, s, 1, 1, 1, 0, 0, -1, -1) for bm, bn, w, bk, s in
+                     itertools.product(BLOCK_SIZES, BLOCK_SIZES, NUM_WARPS, BLOCK_K_SIZES, NUM_STAGES)],
+                    dtype=np.int64)
+    return Candidates(np.ascontiguousarray(grid.T))
+
+
+@functools.lru_cache(maxsize=64)
+def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, fma: bool, tma: bool) -> Candidates:
+    """The plain candidates (or with `tma`, their TMA twins) of the rules that depend on nothing
+    but the hardware, the operand and output sizes and the fewest stages: registers, warps per
+    tile, shared memory, occupancy; with their programs per SM and wgmma (`fma`: the tile runs on
+    the FMA units, `resources.uses_fma`). `candidate_arrays` then applies the problem's limits."""
+    grid = _product_grid()
+    bm, bn, bk, warps, stages = grid.block_m, grid.block_n, grid.block_k, grid.num_warps, grid.num_stages
+    accumulators = bm * bn // (32 * warps)
+    smallest = (bm == BLOCK_SIZES[0]) & (bn == BLOCK_SIZES[0]) & (warps == NUM_WARPS[0])
+    keep = ((smallest | (accumulators >= MIN_ACCUMULATORS_PER_THREAD))
+            & (accumulators + resources.NON_ACCUMULATOR_REGISTERS <= hardware.max_regs_per_thread)
+            & ~((warps == 8) & (bm * bn < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS))
+            & ~((warps == 2) & (bm > MAX_BLOCK_M_FOR_2_WARPS))
+            & (low_s <= stages)
+            & (stages * (bm + bn) * bk * element <= hardware.smem_per_block))
+    plain = grid.take(keep)
+    programs = programs_per_sm_arrays(plain, element, out_bytes, hardware)
+    plain = plain.take(programs >= 1)
+    plain.table[ROWS.index("programs_per_sm")] = programs[programs >= 1]
+    wgmma = ((plain.block_m % resources.WGMMA_ROWS == 0) & (plain.num_warps % 4 == 0)
+             & hardware.wgmma & (not fma))
+    plain.table[ROWS.index("uses_wgmma")] = wgmma
+    plain.derived = True
+    if not tma:
+        return plain
+    # The TMA kernel's twins of the plain wgmma tiles (rows a multiple of 64, a warpgroup's warps)
+    # that fit with its store staging (`resources.fit_errors`, `resources.tma_errors` per config).
+    twins = _with(plain.take(wgmma), tma=1)
+    biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
+    store_n = np.where(twins.block_n >= 256, twins.block_n // 2, twins.block_n)
+    smem = (twins.num_stages * ((twins.block_m + twins.block_n) * twins.block_k) * element
+            + twins.block_m * store_n * out_bytes)
+    programs = programs_per_sm_arrays(twins, element, out_bytes, hardware)
+    keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
+            & (32 * twins.num_warps <= 1024) & (programs >= 1))
+    twins = twins.take(keep)
+    twins.table[ROWS.index("programs_per_sm")] = programs[keep]
+    return twins
+
+
+def uses_wgmma_arrays(candidates: Candidates, problem: Problem, hardware: Hardware) -> np.ndarray:
+    """`resources.uses_wgmma` of every candidate."""
+    rows = np.where(candidates.swap_ab, candidates.block_n, candidates.block_m)
+    if not hardware.wgmma or resources.uses_fma(problem):
+        return np.zeros(len(candidates), dtype=bool)
+    return (rows % resources.WGMMA_ROWS == 0) & (candidates.num_warps % 4 == 0)
+
+
+def programs_per_sm_arrays(candidates: Candidates, element: int, out_bytes: int, hardware: Hardware) -> np.ndarray:
+    """`resources.programs_per_sm` of every candidate (at least 0), for operands of `element`
+    bytes and an output of `out_bytes`."""
+    bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
+    smem = candidates.num_stages * ((bm + bn) * candidates.block_k) * element
+    store_n = np.where(bn >= 256, bn // 2, bn)
+    smem = np.where(candidates.tma, smem + bm * store_n * out_bytes, smem)
+    by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
+    unit = resources.REGISTER_ALLOCATION_UNIT
+    per_thread = -(-(bm * bn // (32 * warps) + resources.NON_ACCUMULATOR_REGISTERS) // unit) * unit
+    by_registers = hardware.regs_per_sm // (per_thread * 32 * warps)
+    by_threads = hardware.max_threads_per_sm // (32 * warps)
+    return np.minimum(np.minimum(by_smem, by_registers), np.minimum(by_threads, resources.MAX_BLOCKS_PER_SM))
+
+
+def program_k_steps_arrays(candidates: Candidates, problem: Problem) -> np.ndarray:
+    """`program_k_steps` of every candidate."""
+    bk = candidates.block_k
+    phases = candidates.k_phases
+    k_blocks = -(-problem.k // bk)
+    if not (phases > 1).any():
+        return -(-k_blocks // candidates.split_k)
+    phase_rows = -(-problem.k // phases)
+    phase_steps = -(-phase_rows // bk)
+    split_steps = -(-k_blocks // candidates.split_k)
+    return np.where(phases > 1, phase_steps, split_steps)
+
+
+def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
+    """`candidates_for_problem` as arrays, without building a `Config` and not in its order
+    (`Candidates.order_key` gives it): the same rules on the whole grid of tiles, warps and stages
+    at once (those of the hardware alone cached, `_static_plain`), then the split-K, K-phase,
+    swapped and TMA twins."""
+    max_m, max_n, min_k, max_k = block_limits(problem, hardware)
+    low_m = min_block_m(problem, hardware)
+    low_s = min_stages(problem, hardware)
+    element, out_bytes = problem.operand_bytes, problem.out_bytes
+
+    def in_range(static: Candidates) -> Candidates:
+        bm, bn, bk = static.block_m, static.block_n, static.block_k
+        k_steps = -(-problem.k // bk)
+        found = static.take((low_m <= bm) & (bm <= max_m) & (bn <= max_n) & (min_k <= bk) & (bk <= max_k)
+                            & (static.num_stages <= np.maximum(low_s, k_steps + 1)))
+        several = (-(-problem.m // found.block_m) > 1) & (-(-problem.n // found.block_n) > 1)
+        found.table[5] = np.where(several, GROUP_SIZES[-1], GROUP_SIZES[0])
+        return found
+
+    fma = resources.uses_fma(problem)
+    plain = in_range(_static_plain(hardware, element, out_bytes, low_s, fma, False))
+    parts = [plain]
+    if split_k_searched(problem, hardware):
+        parts.append(_split_arrays(plain, problem, hardware, low_s))
+    # The K-phase twins (`Config.k_phases`) where an operand stored with its rows along K is not
+    # 16-byte aligned row to row (`resources.needed_k_phases`): the fewest phases that align it,
+    # with the stage range of a phase's shorter K loop.
+    phases = resources.needed_k_phases(problem)
+    if phases != 1 and workspace_fits(phases, problem, hardware):
+        twins = _with(plain, k_phases=phases)
+        parts.append(twins.take(twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1)))
+    # The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs wgmma
+    # instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8 warps.
+    # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both
+    # operands from shared memory, so its warps no longer wait on ldmatrix:
+    # `cost.mma_and_smem_take_turns`).
+    if hardware.wgmma and not fma:
+        unswapped = parts[0] if len(parts) == 1 else _concatenate(parts)
+        turns = ((unswapped.block_m % resources.WGMMA_ROWS != 0) & (unswapped.block_n % resources.WGMMA_ROWS == 0)
+                 & (unswapped.num_warps % 4 == 0))
+        if turns.any():
+            parts.append(_with(unswapped.take(turns), swap_ab=1, uses_wgmma=1))
+    # The TMA kernel's twins of the plain wgmma candidates it can run (`resources.tma_errors`) with
+    # its store staging in shared memory (`resources.shared_memory_bytes`). The kernel also runs
+    # mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
+    # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md).
+    if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
+        parts.append(in_range(_static_plain(hardware, element, out_bytes, low_s, fma, True)))
+    return parts[0] if len(parts) == 1 else _concatenate(parts)
+
+
+def _split_arrays(plain: Candidates, problem: Problem, hardware: Hardware, low_s: int) -> Candidates:
+    """The split-K variants of the plain candidates that `split_k_rejections` keeps: every plain
+    candidate wide enough (`_split_tile`), with each split factor that fits while four times it
+    does not (`_split_fits`); a split config differs from a plain one only in split_k, and its
+    stage range is that of its shorter K loop, a subset of the plain one's."""
+    _, max_n, _, _ = block_limits(problem, hardware)
+    wide = plain.take(plain.block_n >= min(SPLIT_K_MIN_BLOCK_N, max_n))
+    tiles = (-(-problem.m // wide.block_m)) * (-(-problem.n // wide.block_n)) * problem.batch
+    k_blocks = -(-problem.k // wide.block_k)
+
+    def fits(split: int) -> np.ndarray:
+        return ((split <= SPLIT_K_FACTORS[-1]) & (k_blocks >= SPLIT_K_MIN_K_STEPS * split)
+                & (tiles * split < SPLIT_K_MAX_WAVES * hardware.sm_count)
+                & workspace_fits(split, problem, hardware))
+
+    parts = []
+    for split in SPLIT_K_FACTORS:
+        keep = fits(split) & ~fits(4 * split) & (wide.num_stages <= np.maximum(low_s, -(-k_blocks // split) + 1))
+        parts.append(_with(wide.take(keep), split_k=split))
+    return _concatenate(parts)

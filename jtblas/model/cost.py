@@ -49,7 +49,12 @@ on a grid of tiles over C widened by up to 16 bytes' worth of shifted rows (colu
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
 
-Pure Python: no JAX, no Triton. The constants are in `jtblas.constants.Constants` with their
+`estimate_arrays` evaluates these equations on every candidate at once (NumPy arrays, one per
+`Config` field: `candidates.Candidates`), operation for operation as written here, so that each
+element is what one config's evaluation gives, bit for bit; `estimate` is that function on one
+config, with every term in an `Estimate` (what `explain` prints).
+
+Python and NumPy: no JAX, no Triton. The constants are in `jtblas.constants.Constants` with their
 sources; a calibrated profile (a later `jtblas calibrate`) replaces them without touching the
 equations.
 """
@@ -57,6 +62,9 @@ equations.
 from __future__ import annotations
 
 import dataclasses
+import functools
+
+import numpy as np
 
 from jtblas.config import Config, Problem
 from jtblas.constants import DEFAULT_CONSTANTS, Constants
@@ -330,103 +338,11 @@ def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, pro
 
 def estimate(config: Config, problem: Problem, hardware: Hardware,
              constants: Constants = DEFAULT_CONSTANTS) -> Estimate:
-    """Predicted time of `config` on `problem` on `hardware`, with each term (see module doc)."""
-    bm, bn, bk = config.block_m, config.block_n, config.block_k
-    split = config.k_slices  # programs per tile: K splits or K phases, each with an fp32 partial
-    element = problem.operand_bytes
-    clock = hardware.clock_hz
-    # A shifted operand's tiles (K phases) start up to 16 bytes' worth of elements before C's.
-    shift_a, shift_b = resources.shifted_operands(problem, config)
-    reach = constants.full_vector_bytes // element - 1
-    tiles_m = -(-(problem.m + reach * shift_a) // bm)
-    tiles_n = -(-(problem.n + reach * shift_b) // bn)
-    tiles = tiles_m * tiles_n * problem.batch
-    grid = tiles * split
-    k_steps = candidates.program_k_steps(config, problem)  # per program: its slice of the K blocks
-    programs = max(1, resources.programs_per_sm(config, problem, hardware))
-    tiles_per_sm = -(-grid // hardware.sm_count)
-    waves = -(-grid // (hardware.sm_count * programs))
-    active_sms = min(grid, hardware.sm_count)
-    padded_flops = 2.0 * grid * bm * bn * k_steps * bk
-    padding_waste = 1.0 - problem.flops / padded_flops
-
-    # One K step of one program, on its SM.
-    load_port = constants.load_bytes_per_clock * clock  # bytes/s one SM can load
-    full = constants.full_vector_bytes
-    a_step = bm * bk * element
-    b_step = bk * bn * element
-    # What a step loads: A's rows past M are masked (no load) where A is shorter than a tile.
-    a_rows = resources.loaded_a_rows(problem, config)
-    a_loaded = a_rows * bk * element
-    step_mma = 2.0 * bm * bn * bk * mma_seconds_per_flop(config, problem, hardware, constants)
-    # Shared memory: the MMA operand reads plus the async copies writing the next stage, each
-    # operand's bytes divided by the efficiency of its swizzle (rows shorter than 128 bytes).
-    a_reads, b_reads = resources.shared_memory_reads_per_step(config, problem, hardware, split=True)
-    smem_traffic = ((a_reads + a_step) / swizzle_efficiency(problem, config, "a", constants)
-                    + (b_reads + b_step) / swizzle_efficiency(problem, config, "b", constants))
-    step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
-    # Load port: narrow (misaligned or masked) loads cost full/width times as much per byte.
-    step_load = (
-        a_loaded * full / vector_bytes(problem, config, "a", constants)
-        + b_step * full / vector_bytes(problem, config, "b", constants)
-    ) / load_port
-    step_overhead = (constants.tma_k_step_overhead_clocks if config.tma
-                     else constants.k_step_overhead_clocks) / clock
-    step = max(step_mma, step_smem, step_load) + step_overhead
-    step_chain = (max(step_mma + step_smem, step_load) + step_overhead
-                  if mma_and_smem_take_turns(config, problem, hardware, constants) else step)
-    latency = constants.memory_latency_seconds
-    step_latency = latency / loads_in_flight(config, problem, hardware, constants)
-
-    # One tile: first stage in flight, the K loop, then the C tile through shared memory (layout
-    # conversion: one write and one read) and out through the load/store port.
-    fill = latency + (a_loaded + b_step) / load_port
-    stored_bytes = PARTIAL_BYTES if split > 1 else problem.out_bytes  # split-K stores fp32 partials
-    c_tile = bm * bn * stored_bytes
-    # A tile whose columns K phases shift stores its partials at columns shifted by any amount:
-    # an element per store, full / 4 times the store-port time of 16-byte stores. (On the H200,
-    # 2026-12-02: 768x50257x8192 TN in 8 phases, 1.2 GB of shifted partials, ran 1830 µs against
-    # 1393 predicted without this term; its repacked plan had run 930 µs on 2026-12-01.)
-    store_width = stored_bytes if shift_b else full
-    epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
-    tile_throughput = k_steps * step + epilogue
-    loop_latency = max(k_steps * step_chain, (k_steps - 1) * step_latency)
-    tile_latency = fill + loop_latency + epilogue
-
-    sm_throughput = tiles_per_sm * tile_throughput
-    sm_latency = -(-tiles_per_sm // programs) * tile_latency
-    sm = max(sm_throughput, sm_latency)
-
-    # Whole GPU: DRAM and L2 traffic (every tile load crosses L2, padded tails included).
-    # Split-K: the splits read disjoint K slices of the same panels, so the operands' DRAM bytes
-    # are the plain tile's; the stores are the s fp32 partials.
-    # A batch entry's operands are its own: each entry reads them as one product would.
-    operand_dram = dram_operand_bytes(config, problem, hardware, programs, constants) * problem.batch
-    c_bytes = problem.m * problem.n * stored_bytes * split * problem.batch
-    dram_bytes = operand_dram + c_bytes
-    operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
-    l2_bytes = operand_l2 + c_bytes
-    l2_hit_rate = max(0.0, 1.0 - operand_dram / operand_l2)
-    dram = dram_bytes / hardware.dram_bytes_per_s
-    l2 = l2_bytes / hardware.l2_bytes_per_s
-    memory = max(dram, l2) + latency
-
-    launch = hardware.launch_seconds + (constants.tma_setup_seconds if config.tma else 0.0)
-    partial_bytes = c_bytes if split > 1 else 0.0
-    reduction = reduction_seconds(problem, split, hardware, constants) if split > 1 else 0.0
-    predicted = launch + max(sm, memory) + reduction
-    return Estimate(
-        config=config, tiles=tiles, programs=grid, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
-        waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste,
-        uses_wgmma=resources.uses_wgmma(config, problem, hardware),
-        step_mma=step_mma, step_smem=step_smem, step_load=step_load, step_overhead=step_overhead,
-        step=step, step_chain=step_chain, step_latency=step_latency, fill=fill, epilogue=epilogue,
-        tile_throughput=tile_throughput, tile_latency=tile_latency,
-        sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
-        dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,
-        dram=dram, l2=l2, memory_latency=latency, memory=memory,
-        launch=launch, partial_bytes=partial_bytes, reduction=reduction, predicted_seconds=predicted,
-    )
+    """Predicted time of `config` on `problem` on `hardware`, with each term (see module doc):
+    `estimate_arrays` on this one config, so that one candidate and all of them at once are the
+    same equations."""
+    one = candidates.Candidates.of([config])
+    return estimates_of(one, estimate_arrays(one, problem, hardware, constants), configs=[config])[0]
 
 
 def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
@@ -447,12 +363,246 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
     return hardware.launch_seconds + constants.memory_latency_seconds + streaming
 
 
+def _warp_grid_arrays(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray,
+                      wgmma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`resources.warp_grid` of every candidate (its loops, run on all of them at once)."""
+    warps_m = np.where(wgmma, 4, 1)
+    warps_n = np.ones_like(warps_m)
+    while True:
+        more = warps_m * warps_n < warps
+        if not more.any():
+            return warps_m, warps_n
+        # wgmma: double the rows' warps while rows exceed 16 per warp; mma.sync: while the rows
+        # have as many 16-row fragments per warp as the columns have 16-column pairs (and room).
+        sync_rows = (rows // 16 // warps_m >= columns // 16 // warps_n) & (warps_m < rows // 16)
+        grow_m = more & np.where(wgmma, rows > 16 * warps_m, sync_rows)
+        warps_m = np.where(grow_m, warps_m * 2, warps_m)
+        warps_n = np.where(more & ~grow_m, warps_n * 2, warps_n)
+
+
+# log2 of the powers of two a tile edge or warp count can be (`Config`: edges ≤ 512, ≤ 16 warps).
+_LOG2 = np.zeros(513, dtype=np.int64)
+_LOG2[[1 << i for i in range(10)]] = np.arange(10)
+
+
+@functools.cache
+def _warp_grids() -> tuple[np.ndarray, np.ndarray]:
+    """`_warp_grid_arrays` of every (rows, columns, warps, wgmma) a `Config` can have, indexed by
+    `_warp_grid_index`."""
+    rows, columns, warps, wgmma = (np.array(axis).ravel() for axis in np.meshgrid(
+        [1 << i for i in range(10)], [1 << i for i in range(10)], [1 << i for i in range(5)], [0, 1],
+        indexing="ij"))
+    return _warp_grid_arrays(rows, columns, warps, wgmma.astype(bool))
+
+
+def _warp_grid_index(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray, wgmma: np.ndarray) -> np.ndarray:
+    return ((_LOG2[rows] * 10 + _LOG2[columns]) * 5 + _LOG2[warps]) * 2 + wgmma
+
+
+def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, full_width: np.ndarray,
+                         constants: Constants) -> np.ndarray:
+    """`vector_bytes` of every candidate (`full_width`: TMA or shifted by K phases)."""
+    element = problem.operand_bytes
+    full = constants.full_vector_bytes
+    if operand == "a":
+        stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
+    else:
+        stride, k_contiguous, extent = problem.b_row_stride, problem.transpose_b, problem.n
+    stride_bytes = stride * element
+    width = min(full, stride_bytes & -stride_bytes)
+    if k_contiguous:
+        k_bytes = problem.k * element
+        tail = problem.k % c.block_k != 0
+        widths = np.where(tail, min(width, k_bytes & -k_bytes), width)
+        widths = np.where(c.k_phases > 1, element, widths)
+    else:
+        extent_bytes = extent * element
+        widths = np.full(len(c), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
+    return np.where(full_width, full, widths)
+
+
+def _line_efficiency_arrays(c: candidates.Candidates, problem: Problem, operand: str,
+                            constants: Constants) -> np.ndarray:
+    """`line_efficiency` of every candidate."""
+    element = problem.operand_bytes
+    if operand == "a":
+        run = (c.block_m if problem.transpose_a else c.block_k) * element
+        extent = problem.m if problem.transpose_a else problem.k
+    else:
+        run = (c.block_k if problem.transpose_b else c.block_n) * element
+        extent = problem.k if problem.transpose_b else problem.n
+    if extent * element < constants.line_bytes:
+        return np.ones(len(c))
+    return np.minimum(1.0, np.minimum(run, extent * element) / constants.line_bytes)
+
+
+def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardware,
+                    constants: Constants = DEFAULT_CONSTANTS) -> dict[str, np.ndarray]:
+    """Every term of `Estimate` (but `config`) for every candidate of `c` at once: one array per
+    term, the equations of the module doc, operation for operation (the same IEEE operations in the
+    same order, so each element equals what a scalar evaluation would give, bit for bit)."""
+    bm, bn, bk = c.block_m, c.block_n, c.block_k
+    warps, stages = c.num_warps, c.num_stages
+    swap, tma = c.swap_ab, c.tma
+    split = c.split_k * c.k_phases  # programs per tile: K splits or K phases, each with an fp32 partial
+    element = problem.operand_bytes
+    clock = hardware.clock_hz
+    sms = hardware.sm_count
+    # A shifted operand's tiles (K phases) start up to 16 bytes' worth of elements before C's.
+    shift_a = shift_b = False
+    if resources.needed_k_phases(problem) > 1:
+        phased = c.k_phases > 1
+        shifts = []
+        for along_k, stride in zip(resources.rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride)):
+            misaligned = along_k and (stride * problem.operand_bytes) % resources.VECTOR_BYTES != 0
+            shifts.append(phased & misaligned
+                          & ((c.k_phases * stride * problem.operand_bytes) % resources.VECTOR_BYTES == 0))
+        shift_a, shift_b = shifts
+    reach = constants.full_vector_bytes // element - 1
+    tiles_m = -(-(problem.m + reach * shift_a) // bm)
+    tiles_n = -(-(problem.n + reach * shift_b) // bn)
+    tiles = tiles_m * tiles_n * problem.batch
+    grid = tiles * split
+    k_steps = candidates.program_k_steps_arrays(c, problem)
+    if c.derived:
+        programs = np.maximum(1, c.table[candidates.ROWS.index("programs_per_sm")])
+        wgmma = c.table[candidates.ROWS.index("uses_wgmma")] != 0
+    else:
+        programs = np.maximum(1, candidates.programs_per_sm_arrays(c, element, problem.out_bytes, hardware))
+        wgmma = candidates.uses_wgmma_arrays(c, problem, hardware)
+    tiles_per_sm = -(-grid // sms)
+    waves = -(-grid // (sms * programs))
+    active_sms = np.minimum(grid, sms)
+    padded_flops = 2.0 * grid * bm * bn * k_steps * bk
+    padding_waste = 1.0 - problem.flops / padded_flops
+
+    # One K step of one program, on its SM.
+    load_port = constants.load_bytes_per_clock * clock
+    full = constants.full_vector_bytes
+    a_step = bm * bk * element
+    b_step = bk * bn * element
+    a_rows = bm if problem.transpose_a else np.minimum(bm, problem.m)  # M where A's rows are masked
+    a_loaded = a_rows * bk * element
+    # mma_seconds_per_flop
+    if resources.uses_fma(problem):
+        rate = hardware.fp32_flops
+    else:
+        rate = hardware.tensor_flops[problem.dtype]
+        if hardware.wgmma:
+            rate = np.where(wgmma, rate, rate * constants.mma_sync_fraction_on_wgmma_gpu)
+            if problem.transpose_b and not problem.transpose_a:
+                rate = np.where(wgmma & ~tma, rate * constants.k_major_b_efficiency, rate)
+    step_mma = 2.0 * bm * bn * bk * (sms / rate)
+    # Shared memory: the MMA operand reads plus the async copies writing the next stage.
+    swapped = swap.any()
+    rows, columns = (np.where(swap, bn, bm), np.where(swap, bm, bn)) if swapped else (bm, bn)
+    grid_index = _warp_grid_index(rows, columns, warps, wgmma)
+    warps_m, warps_n = (grid[grid_index] for grid in _warp_grids())
+    column_readers = np.where(wgmma, rows // resources.WGMMA_ROWS, warps_m)
+    row_bytes = bk * rows * warps_n * element
+    column_bytes = bk * columns * column_readers * element
+    a_reads, b_reads = ((np.where(swap, column_bytes, row_bytes), np.where(swap, row_bytes, column_bytes))
+                        if swapped else (row_bytes, column_bytes))
+    swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * element / constants.swizzle_bytes)
+    swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * element / constants.swizzle_bytes)
+    smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
+    step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
+    vector_a = _vector_bytes_arrays(c, problem, "a", tma | shift_a, constants)
+    vector_b = _vector_bytes_arrays(c, problem, "b", tma | shift_b, constants)
+    step_load = (a_loaded * full / vector_a + b_step * full / vector_b) / load_port
+    step_overhead = np.where(tma, constants.tma_k_step_overhead_clocks / clock,
+                             constants.k_step_overhead_clocks / clock)
+    step = np.maximum(np.maximum(step_mma, step_smem), step_load) + step_overhead
+    take_turns = ~wgmma & (warps <= constants.warp_schedulers_per_sm) & (rows // warps_m <= resources.MMA_ROWS)
+    step_chain = np.where(take_turns, np.maximum(step_mma + step_smem, step_load) + step_overhead, step)
+    latency = constants.memory_latency_seconds
+    in_flight = np.where(np.minimum(vector_a, vector_b) < MIN_ASYNC_COPY_BYTES, 1, np.maximum(1, stages - 2))
+    step_latency = latency / in_flight
+
+    # One tile: fill, the K loop, the epilogue.
+    fill = latency + (a_loaded + b_step) / load_port
+    stored_bytes = np.where(split > 1, PARTIAL_BYTES, problem.out_bytes)
+    c_tile = bm * bn * stored_bytes
+    store_width = np.where(shift_b, stored_bytes, full)
+    epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
+    tile_throughput = k_steps * step + epilogue
+    loop_latency = np.maximum(k_steps * step_chain, (k_steps - 1) * step_latency)
+    tile_latency = fill + loop_latency + epilogue
+
+    sm_throughput = tiles_per_sm * tile_throughput
+    sm_latency = -(-tiles_per_sm // programs) * tile_latency
+    sm = np.maximum(sm_throughput, sm_latency)
+
+    # dram_operand_bytes
+    plain_m = -(-problem.m // bm)
+    plain_n = -(-problem.n // bn)
+    resident = np.minimum(plain_m * plain_n, sms * programs)
+    grouped = c.group_m > 1
+    group_rows = np.minimum(c.group_m, plain_m)
+    window_rows = np.where(grouped, np.minimum(group_rows, resident), np.minimum(plain_m, -(-resident // plain_n)))
+    window_cols = np.where(grouped, np.minimum(plain_n, -(-resident // group_rows)), np.minimum(plain_n, resident))
+    group_rows = np.where(grouped, group_rows, window_rows)
+    a_bytes = problem.m * problem.k * element / _line_efficiency_arrays(c, problem, "a", constants)
+    b_bytes = problem.k * problem.n * element / _line_efficiency_arrays(c, problem, "b", constants)
+    a_panel = np.minimum(bm, problem.m) * problem.k * element
+    b_panel = np.minimum(bn, problem.n) * problem.k * element
+    capacity = hardware.l2_bytes * constants.l2_usable_fraction
+    a_rereads = np.where(group_rows * a_panel + window_cols * b_panel <= capacity, 1.0, plain_n / window_cols)
+    b_rereads = np.where(b_bytes + group_rows * a_panel <= capacity, 1.0, plain_m / window_rows)
+    operand_dram = (a_rereads * a_bytes + b_rereads * b_bytes) * problem.batch
+    c_bytes = problem.m * problem.n * stored_bytes * split * problem.batch
+    dram_bytes = operand_dram + c_bytes
+    operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
+    l2_bytes = operand_l2 + c_bytes
+    l2_hit_rate = np.maximum(0.0, 1.0 - operand_dram / operand_l2)
+    dram = dram_bytes / hardware.dram_bytes_per_s
+    l2 = l2_bytes / hardware.l2_bytes_per_s
+    memory = np.maximum(dram, l2) + latency
+
+    launch = np.where(tma, hardware.launch_seconds + constants.tma_setup_seconds, hardware.launch_seconds + 0.0)
+    partial_bytes = np.where(split > 1, c_bytes, 0.0)
+    # The reduction kernel's time per split (a table indexed by split; 0 without one).
+    splits = np.flatnonzero(np.bincount(split))
+    if splits[-1] > 1:
+        per_split = np.zeros(splits[-1] + 1)
+        for s in splits[splits > 1].tolist():
+            per_split[s] = reduction_seconds(problem, s, hardware, constants)
+        reduction = per_split[split]
+    else:
+        reduction = np.zeros(len(c))
+    predicted = launch + np.maximum(sm, memory) + reduction
+    return dict(
+        tiles=tiles, programs=grid, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
+        waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste, uses_wgmma=wgmma,
+        step_mma=step_mma, step_smem=step_smem, step_load=step_load, step_overhead=step_overhead,
+        step=step, step_chain=step_chain, step_latency=step_latency, fill=fill, epilogue=epilogue,
+        tile_throughput=tile_throughput, tile_latency=tile_latency,
+        sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
+        dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,
+        dram=dram, l2=l2, memory_latency=np.full(len(c), latency), memory=memory,
+        launch=launch, partial_bytes=partial_bytes, reduction=reduction, predicted_seconds=predicted,
+    )
+
+
+def estimates_of(c: candidates.Candidates, terms: dict[str, np.ndarray], index=None,
+                 configs: list[Config] | None = None) -> list[Estimate]:
+    """`Estimate`s of the candidates at `index` (default: all, in order), from `estimate_arrays`'
+    terms; `configs`, if given, are those candidates' `Config`s (else built from the arrays)."""
+    index = np.arange(len(c)) if index is None else np.asarray(index)
+    if configs is None:
+        configs = c.take(index).configs()
+    columns = {name: values[index].tolist() for name, values in terms.items()}
+    return [Estimate(config=config, **{name: column[i] for name, column in columns.items()})
+            for i, config in enumerate(configs)]
+
+
 def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
                       constants: Constants = DEFAULT_CONSTANTS) -> float:
     """Just the predicted time of `config` (seconds)."""
     return estimate(config, problem, hardware, constants).predicted_seconds
 
 
-__all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "predicted_seconds",
+__all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "estimate_arrays", "estimates_of",
+           "predicted_seconds",
            "mma_seconds_per_flop", "loads_in_flight", "mma_and_smem_take_turns", "vector_bytes",
            "swizzle_efficiency", "dram_operand_bytes", "reduction_seconds"]

@@ -38,7 +38,7 @@ import functools
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
 from jtblas.model import cost, resources
-from jtblas.model.select import CACHE_SIZE, rank, select_for_problem
+from jtblas.model.select import CACHE_SIZE, select_for_problem, winner
 from jtblas.model.select import microseconds as _us
 
 # Padded axes (K and the leading dimensions of copied operands) are rounded up to 64 elements:
@@ -199,7 +199,7 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
     """
     if mode not in REPACK_MODES:
         raise ValueError(f"jtblas: repack mode must be one of {REPACK_MODES}, got {mode!r}")
-    plain = rank(problem, hardware)[0]
+    plain = winner(problem, hardware)
     narrow = misaligned(problem, plain.config, hardware)
     best = ProductPlan(problem=problem, kernel_problem=problem, config=plain.config,
                 predicted_seconds=plain.predicted_seconds, plain_config=plain.config,
@@ -215,7 +215,7 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
         # The copies live beside the caller's operands until the product is done.
         if resources.footprint_bytes(problem) + resources.footprint_bytes(kernel) > hardware.memory_bytes:
             continue
-        win = rank(kernel, hardware)[0]
+        win = winner(kernel, hardware)
         copies = sum(copy_seconds(problem, kernel, operand, hardware)
                      for operand, padded in (("a", pad_a), ("b", pad_b)) if padded)
         copies += slice_seconds(problem, kernel, hardware)

@@ -11,41 +11,61 @@ smaller split_k (less partial traffic), the pointer kernel over the TMA kernel (
 predicts apart: the TMA twin's set-up per launch and shorter K step, `jtblas.constants.Constants`), and
 finally the candidate order; so the answer is deterministic.
 
-Pure Python: no JAX, no Triton.
+Python and NumPy: no JAX, no Triton.
 """
 
 from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
 from jtblas.model import cost, resources
-from jtblas.model.candidates import candidates_for_problem
+from jtblas.model.candidates import Candidates, candidate_arrays
 
 CACHE_SIZE = 4096
 
 
-def _rank_key(item: tuple[int, cost.Estimate]) -> tuple:
-    index, estimate = item
-    config = estimate.config
-    return (estimate.predicted_seconds, config.swap_ab, estimate.sm + estimate.memory,
-            -config.block_m * config.block_n, -config.block_k,
-            config.num_stages, config.num_warps, -config.group_m, config.split_k, config.tma, index)
+def _estimated(problem: Problem, hardware: Hardware) -> tuple[Candidates, dict]:
+    """Every candidate (as arrays) and its terms (`cost.estimate_arrays`)."""
+    errors = resources.memory_errors(problem, hardware)
+    if errors:
+        raise ValueError(f"jtblas: {problem.short()} cannot run on {hardware.name}: " + "; ".join(errors))
+    found = candidate_arrays(problem, hardware)
+    if not len(found):
+        raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name} "
+                         f"(hardware description: {hardware.source})")
+    constants = hardware.model_constants()  # the defaults, or a calibrated profile's values
+    return found, cost.estimate_arrays(found, problem, hardware, constants)
+
+
+def _order(found: Candidates, terms: dict) -> np.ndarray:
+    """The candidates' indices fastest first: the keys of the module doc, by one `np.lexsort`
+    (its last key sorts first); the candidate order is `Candidates.order_key`."""
+    keys = (terms["predicted_seconds"], found.swap_ab, terms["sm"] + terms["memory"],
+            -found.block_m * found.block_n, -found.block_k, found.num_stages, found.num_warps,
+            -found.group_m, found.split_k, found.tma, found.order_key())
+    return np.lexsort(keys[::-1])
 
 
 def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
     """Every candidate's estimate, fastest first (ties broken as the module doc says)."""
-    errors = resources.memory_errors(problem, hardware)
-    if errors:
-        raise ValueError(f"jtblas: {problem.short()} cannot run on {hardware.name}: " + "; ".join(errors))
-    configs = candidates_for_problem(problem, hardware)
-    if not configs:
-        raise ValueError(f"jtblas: no kernel configuration fits {problem.short()} on {hardware.name} "
-                         f"(hardware description: {hardware.source})")
-    constants = hardware.model_constants()  # the defaults, or a calibrated profile's values
-    estimates = [cost.estimate(config, problem, hardware, constants) for config in configs]
-    return [estimate for _, estimate in sorted(enumerate(estimates), key=_rank_key)]
+    found, terms = _estimated(problem, hardware)
+    return cost.estimates_of(found, terms, _order(found, terms))
+
+
+def winner(problem: Problem, hardware: Hardware) -> cost.Estimate:
+    """`rank(problem, hardware)[0]`, building only the winner's `Config` and `Estimate` (the
+    tie-break sorts only the candidates that tie for the fastest prediction)."""
+    found, terms = _estimated(problem, hardware)
+    seconds = terms["predicted_seconds"]
+    tied = np.flatnonzero(seconds == seconds.min())
+    if len(tied) > 1:
+        tied_terms = {name: terms[name][tied] for name in ("predicted_seconds", "sm", "memory")}
+        tied = tied[_order(found.take(tied), tied_terms)]
+    return cost.estimates_of(found, terms, tied[:1])[0]
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
@@ -55,7 +75,7 @@ def select_for_problem(problem: Problem, hardware: Hardware) -> Config:
 
     Cached per (problem, hardware); `clear_cache()` empties it.
     """
-    return rank(problem, hardware)[0].config
+    return winner(problem, hardware).config
 
 
 def microseconds(seconds: float) -> str:
