@@ -290,16 +290,10 @@ def line_efficiency(problem: Problem, config: Config, operand: str,
                     constants: Constants = DEFAULT_CONSTANTS) -> float:
     """Fraction of each DRAM line fetched for `operand` ("a" or "b") that the tile uses: a tile
     reads runs of (tile extent along the operand's contiguous axis) x bytes, and a run shorter
-    than a 128-byte line wastes the rest (e.g. block_n 32 of a row-major bf16 B: 64-byte runs)."""
-    element = problem.operand_bytes
-    if operand == "a":
-        run = (config.block_m if problem.transpose_a else config.block_k) * element
-        extent = problem.m if problem.transpose_a else problem.k
-    else:
-        run = (config.block_k if problem.transpose_b else config.block_n) * element
-        extent = problem.k if problem.transpose_b else problem.n
-    run = min(run, extent * element)  # a whole short row is one run
-    return min(1.0, run / constants.line_bytes) if extent * element >= constants.line_bytes else 1.0
+    than a 128-byte line wastes the rest (e.g. block_n 32 of a row-major bf16 B: 64-byte runs).
+    The ranking's own equation (`_line_efficiency_arrays`) on this one config."""
+    one = candidates.Candidates.of([config])
+    return float(_line_efficiency_arrays(one, problem, operand, constants)[0])
 
 
 def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, programs_per_sm: int,
@@ -433,6 +427,7 @@ def _line_efficiency_arrays(c: candidates.Candidates, problem: Problem, operand:
         extent = problem.k if problem.transpose_b else problem.n
     if extent * element < constants.line_bytes:
         return np.ones(len(c))
+    # A whole short row is one run.
     return np.minimum(1.0, np.minimum(run, extent * element) / constants.line_bytes)
 
 
