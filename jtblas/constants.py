@@ -69,6 +69,13 @@ class Constants:
         Hopper and Ampere architecture whitepapers). An mma.sync program of at most this many
         16-row warps has one per scheduler, and their MMAs and shared-memory reads take turns
         (`mma_and_smem_take_turns`).
+      narrow_loads_in_flight: loads narrower than cp.async's 4 bytes (rows 2-byte aligned) that one
+        thread keeps in flight: they go through registers, each K step's loads issued together and
+        waited for before its MMA, so a step takes (its loads per thread / this) memory latencies.
+        Measured on the H200 through JAX (2026-12-04), bf16 B [1600, 50257] (odd row stride),
+        M = 64, 64x128x64 w4 s3 (64 two-byte loads per thread per K step): 240.7 µs for 3 tiles
+        per SM x 25 K steps, 9.6 µs a step, 6.7 loads a latency; the same loads at 128 per thread
+        (16x128x64 w2) ran 5x slower still, which this lower bound does not reach.
       tma_setup_seconds: what the TMA kernel costs a launch more than the pointer kernel: its
         descriptors' global scratch and the three descriptors each program writes and fences
         before its first copy. Measured on the H200 through JAX
@@ -89,6 +96,7 @@ class Constants:
     swizzle_bytes: int = 128
     k_major_b_efficiency: float = 0.8
     warp_schedulers_per_sm: int = 4
+    narrow_loads_in_flight: float = 7.0
 
 
 DEFAULT_CONSTANTS = Constants()

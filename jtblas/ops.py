@@ -358,14 +358,17 @@ def launch_spec(
     lda, ldb = problem.a_row_stride, problem.b_row_stride
     stride_am, stride_ak = (1, lda) if problem.transpose_a else (lda, 1)
     stride_bk, stride_bn = (1, ldb) if problem.transpose_b else (ldb, 1)
+    phase_major = resources.phase_major_a(problem, config)
+    if phase_major:  # A is its phase-major copy (`phase_major_copy`)
+        stride_am = config.k_phases * resources.phase_columns(problem, config.k_phases, config.block_k)
     shift_a, shift_b = resources.shifted_operands(problem, config)
-    vector = 16 // problem.operand_bytes
+    vector = resources.phase_vector_bytes(problem, config.k_phases) // problem.operand_bytes
     # A shifted operand's tiles start up to vector - 1 rows (columns) before C's.
     tiles = (math.ceil((m + (vector - 1) * shift_a) / config.block_m)
              * math.ceil((n + (vector - 1) * shift_b) / config.block_n))
     _check_grid(tiles, batch, split, problem, config)
     atomic = atomic and split > 1
-    biggest = max(*_stored_elements(problem), m * n * (1 if atomic else split)) * batch
+    biggest = max(*_stored_elements(problem), m * stride_am * phase_major, m * n * (1 if atomic else split)) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
     sizes_and_strides = dict(
         M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
@@ -396,6 +399,7 @@ def launch_spec(
             SHIFT_A=shift_a,
             SHIFT_B=shift_b,
             VECTOR=vector,
+            PHASE_MAJOR_A=phase_major,
             TILE_M_UNIT=vector if shift_a else units["M"],
             TILE_N_UNIT=vector if shift_b else units["N"],
         ),
@@ -512,6 +516,10 @@ def _launch_gemm(
                                     deterministic=deterministic, hw=hw)
     split = config.k_slices
     atomic = split > 1 and not deterministic
+    if resources.phase_major_a(problem, config):
+        a = phase_major_copy(a, problem, config)
+        if batch_strides[0]:
+            batch_strides = (a.shape[-2] * a.shape[-1], *batch_strides[1:])
     spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
     out_dtype = jnp.dtype(problem.out_dtype)
@@ -545,6 +553,17 @@ def _launch_gemm(
         num_stages=reduction.num_stages,
         metaparams=reduction.metaparams,
     )
+
+
+def phase_major_copy(a: jax.Array, problem: Problem, config: Config) -> jax.Array:
+    """A [..., M, K] (K-contiguous, its row stride K) copied phase-major for `config.k_phases` = p
+    (`resources.phase_major_a`): [..., M, p · columns], phase i's block holding A[..., :, i::p] in
+    its first ⌈(K − i) / p⌉ columns and zeros after, columns = `resources.phase_columns`."""
+    phases, columns = config.k_phases, resources.phase_columns(problem, config.k_phases, config.block_k)
+    lead, (m, k) = a.shape[:-2], a.shape[-2:]
+    padded = jnp.pad(a, [(0, 0)] * len(lead) + [(0, 0), (0, columns * phases - k)])
+    blocks = jnp.swapaxes(padded.reshape(*lead, m, columns, phases), -1, -2)  # [..., M, p, columns]
+    return blocks.reshape(*lead, m, phases * columns)
 
 
 def _launch_gemm_chunked(

@@ -30,7 +30,8 @@ def _pick_name(plan: model.ProductPlan) -> str:
 
 def test_corpus_picks_unchanged_without_a_batch():
     """Every unbatched row of the benchmark sets keeps the pick (config and repacked operands) it
-    had before the model learned the batch: `tests/data/corpus_picks.json`, H200, 473 products."""
+    had when `tests/data/corpus_picks.json` was written (H200, 473 products; last changed by K phase
+    counts of 2 and 4 and the phase-major copy of A, 2026-12-04: 21 misaligned products)."""
     expected = json.loads((DATA / "corpus_picks.json").read_text())
     h200 = hardware.get("h200")
     picks = {s.key(): _pick_name(model.plan_for_problem(s.problem(), h200))
@@ -85,17 +86,19 @@ def test_unbatched_k_phases_of_odd_vocabularies_stay_under_the_cap(m, n, k):
     turned these to 2-byte loads): 1/32 of the H200's memory binds only on batches."""
     transpose_a = m > 64  # a weight gradient (dy's rows misaligned); the decode product NN
     plan = model.plan_for_problem(Problem(m=m, n=n, k=k, transpose_a=transpose_a), H200)
-    assert plan.plain_config.k_phases == 8
+    assert plan.plain_config.k_phases > 1
 
 
 def test_k_phases_past_the_cap_are_not_offered_and_say_why():
-    """16x50257x1024 NN (B's rows 2-byte aligned) runs in 8 K phases unbatched (24.5 MiB of
-    partials); 256 of them would write 6.1 GiB, over 1/32 of the H200's 141 GiB (4.4 GiB)."""
+    """16x50257x1024 NN (B's rows 2-byte aligned) may run in 8 K phases unbatched (24.5 MiB of
+    partials); 256 of them would write 6.1 GiB, over 1/32 of the H200's 141 GiB (4.4 GiB), while
+    2 and 4 phases (1.5 and 3.1 GiB) stay under it."""
     assert candidates.max_workspace_bytes(H200) == 141 * 2**30 // 32
     one = Problem(m=16, n=50257, k=1024)
     many = Problem(m=16, n=50257, k=1024, batch=256)
     assert any(c.k_phases == 8 for c in model.candidates_for_problem(one, H200))
-    assert not any(c.k_phases > 1 for c in model.candidates_for_problem(many, H200))
+    offered = {c.k_phases for c in model.candidates_for_problem(many, H200)}
+    assert 8 not in offered and 2 in offered
     twin = jtblas.Config(block_m=16, block_n=256, block_k=64, num_warps=2, num_stages=3, group_m=1, k_phases=8)
     assert any("workspace cap" in r for r in model.rejection_reasons(twin, many, H200))
 

@@ -40,14 +40,17 @@ def product(a, b, config, transpose_a=False, transpose_b=False, **kwargs):
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_every_layout_and_dtype_matches_float64_reference(transpose_a, transpose_b, dtype, rng):
+    """Every phase count the model may offer (bf16: 2, 4 and 8 phases shift to 4-, 8- and 16-byte
+    loads; fp32: 2 and 4), NN and NT on a phase-major copy of A."""
     m, n, k = 37, 53, 203
     problem = Problem(m=m, n=n, k=k, dtype=dtype, out_dtype=dtype, transpose_a=transpose_a,
                       transpose_b=transpose_b)
-    phases = max(2, resources.needed_k_phases(problem))
+    counts = resources.k_phase_counts(problem) or (2,)
     a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
-    out = product(a, b, phase_config(phases), transpose_a, transpose_b)
-    assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
-    assert relative_error(out, reference) < tolerance(dtype, dtype)
+    for phases in counts:
+        out = product(a, b, phase_config(phases), transpose_a, transpose_b)
+        assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
+        assert relative_error(out, reference) < tolerance(dtype, dtype), phases
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 50, 7), (5, 9, 1), (16, 130, 64), (3, 41, 129)])
@@ -55,8 +58,9 @@ def test_tiny_and_tail_sizes(m, n, k, rng):
     """K smaller than the phases (phases with no row write zeros), one row, a K multiple of
     phases x block_k (no mask), shifted tiles crossing a tile edge."""
     a, b, reference = random_operands(rng, m, n, k, "bfloat16")
-    out = product(a, b, phase_config(8))
-    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+    for phases in (2, 8):
+        out = product(a, b, phase_config(phases))
+        assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16"), phases
 
 
 def test_swapped_tile_and_fp32_output(rng):
@@ -74,10 +78,33 @@ def test_batched_operands_with_odd_batch_strides(rng):
     b = rng.standard_normal((batch, k, n)).astype(np.float32)
     a16, b16 = jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16)
     reference = np.asarray(a16, np.float64) @ np.asarray(b16, np.float64)
-    config = phase_config(8)
-    out = jax.jit(jax.vmap(lambda x, y: jtblas.matmul(x, y, config=config)))(a16, b16)
-    assert out.shape == (batch, m, n)
-    assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
+    for phases in (2, 8):
+        config = phase_config(phases)
+        out = jax.jit(jax.vmap(lambda x, y, config=config: jtblas.matmul(x, y, config=config)))(a16, b16)
+        assert out.shape == (batch, m, n)
+        assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16"), phases
+
+
+def test_phase_major_copy_holds_each_phase_contiguously():
+    """The copy of a K-contiguous A the phases load 16 bytes at a time: phase i's block is
+    A[:, i::p], zero-padded to whole K blocks."""
+    from jtblas.ops import phase_major_copy
+
+    m, k, phases, block_k = 3, 203, 8, 16
+    a = np.arange(m * k, dtype=np.float32).reshape(m, k) + 1
+    problem = Problem(m=m, n=53, k=k, dtype="float32", out_dtype="float32")
+    config = phase_config(phases, block_k=block_k)
+    columns = resources.phase_columns(problem, phases, block_k)
+    assert columns == 32 and columns % block_k == 0
+    copy = np.asarray(phase_major_copy(jnp.asarray(a), problem, config))
+    assert copy.shape == (m, phases * columns)
+    for i in range(phases):
+        block = copy[:, i * columns:(i + 1) * columns]
+        rows = a[:, i::phases]
+        np.testing.assert_array_equal(block[:, :rows.shape[1]], rows)
+        assert not block[:, rows.shape[1]:].any()
+    spec = launch_spec(problem, config, hw=H200)
+    assert spec.metaparams["PHASE_MAJOR_A"]
 
 
 def test_gradients_through_phased_products(rng):
@@ -110,19 +137,24 @@ def test_shifts_only_where_rows_along_k_are_misaligned(transpose_a, transpose_b)
         # The grid covers C widened by 7 shifted rows (columns).
         rows, cols = m + 7 * shift_a, n + 7 * shift_b
         assert spec.grid[0] == -(-rows // 32) * -(-cols // 32)
+        assert spec.metaparams["PHASE_MAJOR_A"] == (not transpose_a)
 
 
 def test_shifted_tiles_start_on_16_byte_boundaries():
     """What the kernel's hints claim, in numpy: within a phase every row of a misaligned operand
     starts `shift` elements past a 16-byte boundary, the same shift for every row."""
-    for stride, elements_per_16_bytes in ((50257, 8), (1602, 8), (57, 4)):
-        problem = Problem(m=1, n=stride, k=64, dtype="float32" if elements_per_16_bytes == 4 else "bfloat16")
-        phases = resources.needed_k_phases(problem)
-        for phase in range(phases):
-            offsets = (phase + phases * np.arange(20)) * stride
-            shifts = offsets % elements_per_16_bytes
-            assert np.all(shifts == shifts[0])
-            assert np.all((offsets - shifts) % elements_per_16_bytes == 0)
+    for stride, dtype in ((50257, "bfloat16"), (1602, "bfloat16"), (57, "float32")):
+        problem = Problem(m=1, n=stride, k=64, dtype=dtype, out_dtype=dtype)
+        for phases in resources.k_phase_counts(problem):
+            vector = resources.phase_vector_bytes(problem, phases) // problem.operand_bytes
+            assert resources.phase_vector_bytes(problem, phases) >= resources.MIN_ASYNC_COPY_BYTES
+            spec = launch_spec(problem, phase_config(phases), hw=H200)
+            assert spec.metaparams["VECTOR"] == vector and spec.metaparams["TILE_N_UNIT"] == vector
+            for phase in range(phases):
+                offsets = (phase + phases * np.arange(20)) * stride
+                shifts = offsets % vector
+                assert np.all(shifts == shifts[0])
+                assert np.all((offsets - shifts) % vector == 0)
 
 
 def test_needed_phases():
@@ -133,6 +165,12 @@ def test_needed_phases():
     assert resources.needed_k_phases(Problem(m=1, n=57, k=16, dtype="float32", out_dtype="float32")) == 4
     # B stored [N, K]: its rows run along N, not K; an odd K there is not what phases fix.
     assert resources.needed_k_phases(Problem(m=64, n=64, k=50257, transpose_b=True)) == 1
+    # The counts offered: those whose rows start 4 or more bytes apart.
+    assert resources.k_phase_counts(Problem(m=1, n=50257, k=1600)) == (2, 4, 8)
+    assert resources.k_phase_counts(Problem(m=1, n=50258, k=1600)) == (2, 4)
+    assert resources.k_phase_counts(Problem(m=1, n=57, k=16, dtype="float32", out_dtype="float32")) == (2, 4)
+    assert resources.k_phase_counts(Problem(m=1, n=50264, k=1600)) == ()
+    assert [resources.phase_vector_bytes(Problem(m=1, n=50257, k=1600), p) for p in (2, 4, 8)] == [4, 8, 16]
 
 
 def test_config_rules():
@@ -152,7 +190,7 @@ def test_candidates_offer_phases_only_where_they_align_rows():
     odd = Problem(m=1, n=50257, k=1600)
     configs = candidates.candidates_for_problem(odd, H200)
     phased = [c for c in configs if c.k_phases > 1]
-    assert phased and all(c.k_phases == 8 for c in phased)
+    assert phased and {c.k_phases for c in phased} == {2, 4, 8}
     assert all(not candidates.rejection_reasons(c, odd, H200) for c in phased)
     aligned = Problem(m=1, n=50304, k=1600)
     assert all(c.k_phases == 1 for c in candidates.candidates_for_problem(aligned, H200))
@@ -160,29 +198,40 @@ def test_candidates_offer_phases_only_where_they_align_rows():
 
 
 def test_model_prices_narrow_loads_unpipelined():
-    """A load narrower than cp.async's 4 bytes is not pipelined: one K step's loads in flight."""
+    """A load narrower than cp.async's 4 bytes is not pipelined: a K step waits for its loads,
+    `narrow_loads_in_flight` per thread at a time."""
     odd = Problem(m=1, n=50257, k=1600)
     plain = Config(block_m=16, block_n=128, block_k=64, num_warps=2, num_stages=4, group_m=1)
     assert cost.vector_bytes(odd, plain, "b") == 2
     assert cost.loads_in_flight(plain, odd, H200) == 1
+    narrow = cost.estimate(plain, odd, H200)
+    loads_per_thread = 64 * 128 // 64
+    assert narrow.step_latency == pytest.approx(
+        H200.model_constants().memory_latency_seconds * loads_per_thread / H200.model_constants().narrow_loads_in_flight)
     phased = dataclasses.replace(plain, k_phases=8)
     assert cost.vector_bytes(odd, phased, "b") == 16
-    # In NN a phase's K indices of A are 8 apart: A's loads are an element wide, not pipelined.
-    assert cost.vector_bytes(odd, phased, "a") == 2
-    assert cost.loads_in_flight(phased, odd, H200) == 1
+    # In NN a phase's K indices of A are 8 apart: the phases run on A's phase-major copy instead,
+    # loaded 16 bytes at a time, and pay for the copy.
+    assert cost.vector_bytes(odd, phased, "a") == 16
+    assert cost.loads_in_flight(phased, odd, H200) == 2
+    assert cost.estimate(phased, odd, H200).phase_copy > H200.launch_seconds
+    assert cost.estimate(plain, odd, H200).phase_copy == 0
+    # Two phases: 4-byte loads, still pipelined.
+    assert cost.vector_bytes(odd, dataclasses.replace(plain, k_phases=2), "b") == 4
+    assert cost.loads_in_flight(dataclasses.replace(plain, k_phases=2), odd, H200) == 2
     # In TN A's rows run along K too (aligned here): both operands load 16 bytes, pipelined.
     weight_gradient = Problem(m=64, n=50257, k=1600, transpose_a=True)
     assert [cost.vector_bytes(weight_gradient, phased, operand) for operand in "ab"] == [16, 16]
     assert cost.loads_in_flight(phased, weight_gradient, H200) == 2
 
 
-@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("m", [1, 16, 64, 128])
 def test_model_picks_phases_for_decode_of_an_odd_vocabulary(m):
     """The decode lm head of GPT-2 (50257 rows of 1600): the plain kernel's 2-byte loads are
-    not pipelined; the phases load 16 bytes and the plan takes them (no copy of the weight)."""
+    not pipelined; phases load 4 to 16 bytes and the plan takes them (no copy of the weight)."""
     problem = Problem(m=m, n=50257, k=1600)
     plan = model.plan_for_problem(problem, H200)
-    assert plan.config.k_phases == 8 and not plan.repacks, plan
+    assert plan.config.k_phases > 1 and not plan.repacks, plan
 
 
 def test_phased_kernel_lowers_for_cuda():
@@ -196,10 +245,10 @@ def test_phased_kernel_lowers_for_cuda():
 
 
 def test_repacking_is_weighed_against_phases():
-    """Phases write k_phases fp32 partials at shifted (element-wide) stores: at a training
-    token count the weight gradient of an odd vocabulary (dy's rows misaligned) pays a padded copy
-    of dy instead, while the decode product keeps its phases (tested above)."""
+    """Phases write k_phases fp32 partials at shifted (element-wide) stores: at a training token
+    count the weight gradient of an odd vocabulary (dy's rows misaligned) weighs a padded copy of
+    dy against them, and takes whichever predicts less (by the 5% repacking margin)."""
     plan = model.plan_for_problem(Problem(m=768, n=50257, k=8192, transpose_a=True), H200)
-    assert plan.repacks and plan.config.k_phases == 1, plan
-    assert plan.plain_config.k_phases == 8
-    assert "narrow" in plan.reason
+    assert plan.plain_config.k_phases > 1
+    assert "copying B" in plan.reason
+    assert plan.repacks == (plan.config.k_phases == 1), plan

@@ -54,14 +54,14 @@ def test_pick_is_feasible_and_among_candidates(case):
     assert len(space) == len(set(space))
     # The space stays small enough to rank in milliseconds: ≤ ~470 plain configs (A100, 2-warp
     # 16-row tiles since 2026-12-01), each with at most two split-K variants (a factor and its
-    # double, `_split_candidates`), one TMA twin, and where rows along K are misaligned one K-phase
-    # twin (its phases the count that aligns them).
+    # double, `_split_candidates`), one TMA twin, and where rows along K are misaligned a K-phase
+    # twin per phase count that loads them 4 bytes or more at a time (at most 2, 4 and 8).
     plain = [config for config in space if config.split_k == 1 and not config.tma and config.k_phases == 1]
     assert len(plain) <= 500
     variants = collections.Counter(dataclasses.replace(config, split_k=1, tma=False, k_phases=1) for config in space)
     assert set(variants) == set(plain)
-    assert max(variants.values()) <= 1 + 2 + 1 + 1
-    assert {config.k_phases for config in space} <= {1, resources.needed_k_phases(problem)}
+    assert max(variants.values()) <= 1 + 2 + 1 + len(resources.k_phase_counts(problem))
+    assert {config.k_phases for config in space} <= {1, *resources.k_phase_counts(problem)}
     assert model.rejection_reasons(pick, problem, hw) == []
     assert resources.fit_errors(pick, problem, hw) == []
     assert resources.registers_per_thread(pick) <= hw.max_regs_per_thread
@@ -138,7 +138,7 @@ def test_candidates_match_the_rules():
             for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
             for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
             for sk in (1, *candidates.SPLIT_K_FACTORS) for swap in (False, True) for tma in (False, True)
-            for phases in sorted({1, resources.needed_k_phases(problem)})
+            for phases in (1, *resources.k_phase_counts(problem))
             if not (tma and (sk > 1 or swap)) and not (phases > 1 and (sk > 1 or tma))
         ]
         kept = [c for c in everything if not model.rejection_reasons(c, problem, hw)]

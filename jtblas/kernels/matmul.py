@@ -52,6 +52,7 @@ def reduce_k_blocks(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr, INDEX_64: tl.constexpr,
     K_FROM_INDICES: tl.constexpr, SHORT_A_ROWS: tl.constexpr = 0, SWAP_AB: tl.constexpr = False,
+    PADDED_A: tl.constexpr = False,
 ):
     """The fp32 sum over K blocks [first, last) of A·B, from the tile's row and column pointers
     (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros. SHORT_A_ROWS > 0: only
@@ -63,6 +64,9 @@ def reduce_k_blocks(
     SWAP_AB: the tile is accumulated transposed, [BLOCK_N, BLOCK_M] += Bᵀ·Aᵀ (transposed views of
     the same loaded tiles), and returned transposed back, so that the MMA's rows are the tile's
     columns (a 16-row tile 64 or more columns wide then runs wgmma on Hopper).
+
+    PADDED_A: A holds zeros past K up to whole K blocks (a phase-major copy), so its loads need
+    no K mask (a mask against the run-time K would keep them one element wide).
 
     Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
     BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
@@ -96,10 +100,16 @@ def reduce_k_blocks(
             b = tl.load(b_ptrs)
         else:
             k_left = K - k * BLOCK_K
-            a_mask = offs_k[None, :] < k_left
-            if SHORT_A_ROWS > 0:
-                a_mask = a_mask & a_row_mask
-            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            if PADDED_A:
+                if SHORT_A_ROWS > 0:
+                    a = tl.load(a_ptrs, mask=a_row_mask, other=0.0)
+                else:
+                    a = tl.load(a_ptrs)
+            else:
+                a_mask = offs_k[None, :] < k_left
+                if SHORT_A_ROWS > 0:
+                    a_mask = a_mask & a_row_mask
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         if SWAP_AB:
             acc = tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
@@ -181,6 +191,7 @@ def matmul_kernel(
     SHIFT_A: tl.constexpr = False,
     SHIFT_B: tl.constexpr = False,
     VECTOR: tl.constexpr = 8,
+    PHASE_MAJOR_A: tl.constexpr = False,
     TILE_M_UNIT: tl.constexpr = 1,
     TILE_N_UNIT: tl.constexpr = 1,
 ):
@@ -211,8 +222,12 @@ def matmul_kernel(
     a time: K_PHASES rows apart the stride is, so within a phase every row starts at the same
     offset (its shift, < VECTOR elements) past a 16-byte boundary. SHIFT_A (SHIFT_B): the phase's
     A (B) tiles start at that boundary instead, so the tile's rows (columns) are C's shifted by
-    the shift, and the store shifts them back (`store_tile`). VECTOR: operand elements per 16
-    bytes. TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
+    the shift, and the store shifts them back (`store_tile`). VECTOR: operand elements per shifted
+    load (16 bytes' worth with the phases that align rows to 16 bytes, fewer with fewer phases:
+    2 phases of an odd bf16 row stride load 4 bytes at a time). PHASE_MAJOR_A: A is a K-contiguous
+    [M, K_PHASES · columns] copy holding phase p's K indices p, p + K_PHASES, ... contiguously at
+    column p · columns, zero-padded to whole K blocks (`jtblas.ops`), so a phase loads it 16
+    bytes at a time rather than one element (columns = stride_am / K_PHASES). TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
     where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the
     previous row's, or for the first row, none: its shift is 0) and after it, inside the 16-byte
     block that holds the row's last element; so they never leave the pages the operand is in,
@@ -252,7 +267,14 @@ def matmul_kernel(
         if INDEX_64:
             batch = batch.to(tl.int64)
             phase = phase.to(tl.int64)
-        a_offset = batch * stride_ab + phase * stride_ak
+        if PHASE_MAJOR_A:
+            # stride_am = K_PHASES · columns with columns a multiple of BLOCK_K: written so that the
+            # compiler sees the offset's divisibility.
+            a_offset = batch * stride_ab + phase * (stride_am // (K_PHASES * BLOCK_K) * BLOCK_K)
+            a_k_stride = stride_ak
+        else:
+            a_offset = batch * stride_ab + phase * stride_ak
+            a_k_stride = stride_ak * K_PHASES
         b_offset = batch * stride_bb + phase * stride_bk
         a_shift = 0
         b_shift = 0
@@ -282,8 +304,9 @@ def matmul_kernel(
         )
         phase_k = tl.cdiv(K - phase, K_PHASES)  # K rows of this phase (0 when K <= phase)
         acc = reduce_k_blocks(
-            a_rows, b_cols, phase_k, 0, tl.cdiv(phase_k, BLOCK_K), stride_ak * K_PHASES, stride_bk * K_PHASES,
+            a_rows, b_cols, phase_k, 0, tl.cdiv(phase_k, BLOCK_K), a_k_stride, stride_bk * K_PHASES,
             BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
+            PHASE_MAJOR_A,
         )
         c_ptr += batch * stride_cb
         if not ATOMIC_SPLIT:

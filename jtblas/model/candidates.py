@@ -144,7 +144,8 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     Hard limits (the kernel cannot run, or spills): shared memory, threads, registers. Search
     limits (it runs, but can never be worth timing): blocks beyond the problem, too little work
     per warp, stages beyond the K loop, split-K where the tiles fill the GPU (`split_k_rejections`),
-    K phases other than the count that aligns the rows along K (`resources.needed_k_phases`).
+    K phase counts other than those that load the rows along K 4 bytes or more at a time
+    (`resources.k_phase_counts`).
     """
     reasons = list(resources.fit_errors(config, problem, hardware))
     registers = resources.registers_per_thread(config)
@@ -183,9 +184,10 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         reasons.append(f"group_m={config.group_m} not in {_group_sizes(config.block_m, config.block_n, problem)}")
     if config.split_k != 1:
         reasons.extend(split_k_rejections(config, problem, hardware))
-    if config.k_phases != 1 and config.k_phases != resources.needed_k_phases(problem):
-        reasons.append(f"k_phases={config.k_phases}: the rows along K of {problem.short()} need "
-                       f"{resources.needed_k_phases(problem)} phase(s) to start on 16-byte boundaries")
+    if config.k_phases != 1 and config.k_phases not in resources.k_phase_counts(problem):
+        reasons.append(f"k_phases={config.k_phases}: {problem.short()} takes K phases of "
+                       f"{list(resources.k_phase_counts(problem)) or 'none'} (its rows along K start "
+                       f"{resources.MIN_ASYNC_COPY_BYTES} or more bytes apart only that many rows apart)")
     if config.k_phases != 1 and not workspace_fits(config.k_slices, problem, hardware):
         reasons.append(_workspace_words(config.k_slices, problem, hardware))
     if config.swap_ab and not _swap_twin(config, problem, hardware):
@@ -286,7 +288,7 @@ def _group_sizes(block_m: int, block_n: int, problem: Problem) -> tuple[int, ...
 def candidates_for_problem(problem: Problem, hardware: Hardware) -> list[Config]:
     """Every configuration the model ranks for `problem`, in a fixed order (block_m, block_n,
     block_k, num_warps, num_stages, group_m, split_k, k_phases, swap_ab, tma ascending). Equal to the
-    configs of BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (1, needed k_phases) x
+    configs of BLOCK_SIZES x ... x GROUP_SIZES x (1, *SPLIT_K_FACTORS) x (1, *resources.k_phase_counts) x
     (False, True) x (False, True) with no `rejection_reasons`, computed with the same integer
     arithmetic on arrays (`candidate_arrays`, what `select` ranks) without building rejected
     Configs."""
@@ -501,12 +503,12 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     if split_k_searched(problem, hardware):
         parts.append(_split_arrays(plain, problem, hardware, low_s))
     # The K-phase twins (`Config.k_phases`) where an operand stored with its rows along K is not
-    # 16-byte aligned row to row (`resources.needed_k_phases`): the fewest phases that align it,
-    # with the stage range of a phase's shorter K loop.
-    phases = resources.needed_k_phases(problem)
-    if phases != 1 and workspace_fits(phases, problem, hardware):
-        twins = _with(plain, k_phases=phases)
-        parts.append(twins.take(twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1)))
+    # 16-byte aligned row to row: each phase count that loads it 4 bytes or more at a time
+    # (`resources.k_phase_counts`), with the stage range of a phase's shorter K loop.
+    for phases in resources.k_phase_counts(problem):
+        if workspace_fits(phases, problem, hardware):
+            twins = _with(plain, k_phases=phases)
+            parts.append(twins.take(twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1)))
     # The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs wgmma
     # instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8 warps.
     # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both

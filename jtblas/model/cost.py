@@ -43,8 +43,16 @@ the batch's tiles together leave SMs idle (`candidates.split_k_searched`), and n
 
 K phases (config.k_phases = p > 1, where an operand stored with its rows along K has a row stride
 that is not 16-byte aligned) run the split-K equations with p slices of ⌈K / p⌉ rows each, the
-shifted operand at full vector width and a K-contiguous one an element at a time (`vector_bytes`),
-on a grid of tiles over C widened by up to 16 bytes' worth of shifted rows (columns).
+shifted operand at the width p rows' stride allows (`resources.phase_vector_bytes`: 4, 8 or 16
+bytes), on a grid of tiles over C widened by up to one such vector's worth of shifted rows
+(columns). A K-contiguous A is first copied phase-major (`resources.phase_major_a`), so the
+kernel loads it at full width; the copy adds
+
+    phase_copy = (M·K + M·p·phase_columns) · bytes / DRAM bandwidth + launch
+
+Loads narrower than 4 bytes (a misaligned operand without phases) are not pipelined: each thread
+holds its K step's loads in registers, `narrow_loads_in_flight` at a time, so a K step waits
+(loads per thread / narrow_loads_in_flight) memory latencies.
 
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
@@ -73,8 +81,7 @@ from jtblas.model import candidates, resources
 
 # Split-K partials are fp32.
 PARTIAL_BYTES = 4
-# The narrowest copy cp.async makes (PTX ISA, cp.async: cp-size 4, 8 or 16 bytes).
-MIN_ASYNC_COPY_BYTES = 4
+MIN_ASYNC_COPY_BYTES = resources.MIN_ASYNC_COPY_BYTES
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,7 +103,8 @@ class Estimate:
     set-up included); predicted_seconds.
     Split-K: programs (= tiles · split_k: the grid; tiles_per_sm and waves count programs, k_steps
     is per program), partial_bytes (the fp32 partials, 0 without a split), reduction (the second
-    kernel, launch included; 0 without a split).
+    kernel, launch included; 0 without a split). K phases: phase_copy (the phase-major copy of A,
+    launch included; 0 without one).
     """
 
     config: Config
@@ -133,6 +141,7 @@ class Estimate:
     launch: float
     partial_bytes: float
     reduction: float
+    phase_copy: float
     predicted_seconds: float
 
     def compose(self) -> float:
@@ -140,7 +149,7 @@ class Estimate:
         return self.launch + max(
             max(self.sm_throughput, self.sm_latency),
             max(self.dram, self.l2) + self.memory_latency,
-        ) + self.reduction
+        ) + self.reduction + self.phase_copy
 
     @property
     def bound(self) -> str:
@@ -200,7 +209,7 @@ def loads_in_flight(config: Config, problem: Problem, hardware: Hardware,
     on 2026-11-30 mma.sync tiles were given num_stages − 1.
     """
     if min(vector_bytes(problem, config, operand, constants) for operand in ("a", "b")) < MIN_ASYNC_COPY_BYTES:
-        return 1
+        return 1  # the K step's narrow loads: `narrow_loads_in_flight` per thread
     return max(1, config.num_stages - 2)
 
 
@@ -239,9 +248,11 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     When it is M (N), the tile's offsets wrap at M (N) and are contiguous only in runs of M's (N's)
     largest power-of-two divisor, so loads are no wider than that many elements either.
     The TMA kernel's bulk copies are full width (its rows are 16-byte aligned, tails zero-filled).
-    With K phases (`Config.k_phases`), an operand the phases shift is loaded at full width (its
-    tiles start on 16-byte boundaries and wrap at multiples of 16 bytes), and a K-contiguous one
-    one element at a time (a phase's K indices are k_phases apart).
+    With K phases (`Config.k_phases`), an operand the phases shift is loaded at the width
+    k_phases rows' stride allows (`resources.phase_vector_bytes`: its tiles start on such
+    boundaries and wrap at multiples of it), a K-contiguous A at full width (its phase-major copy,
+    `resources.phase_major_a`, zero-padded to whole K blocks), and a K-contiguous B one element at
+    a time (a phase's K indices are k_phases apart).
     """
     if config.tma:
         return constants.full_vector_bytes
@@ -252,9 +263,9 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     else:
         stride, k_contiguous, extent, shift = problem.b_row_stride, problem.transpose_b, problem.n, shifted[1]
     if shift:
-        return constants.full_vector_bytes
+        return min(constants.full_vector_bytes, resources.phase_vector_bytes(problem, config.k_phases))
     if k_contiguous and config.k_phases > 1:
-        return element
+        return constants.full_vector_bytes if operand == "a" else element
     stride_bytes = stride * element
     width = min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
     if k_contiguous and problem.k % config.block_k:
@@ -393,9 +404,9 @@ def _warp_grid_index(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray, w
     return ((_LOG2[rows] * 10 + _LOG2[columns]) * 5 + _LOG2[warps]) * 2 + wgmma
 
 
-def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, full_width: np.ndarray,
-                         constants: Constants) -> np.ndarray:
-    """`vector_bytes` of every candidate (`full_width`: TMA or shifted by K phases)."""
+def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, tma: np.ndarray,
+                         shifted: np.ndarray, phase_width: np.ndarray, constants: Constants) -> np.ndarray:
+    """`vector_bytes` of every candidate (`shifted` by K phases, to loads `phase_width` bytes wide)."""
     element = problem.operand_bytes
     full = constants.full_vector_bytes
     if operand == "a":
@@ -408,11 +419,11 @@ def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: st
         k_bytes = problem.k * element
         tail = problem.k % c.block_k != 0
         widths = np.where(tail, min(width, k_bytes & -k_bytes), width)
-        widths = np.where(c.k_phases > 1, element, widths)
+        widths = np.where(c.k_phases > 1, full if operand == "a" else element, widths)
     else:
         extent_bytes = extent * element
         widths = np.full(len(c), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
-    return np.where(full_width, full, widths)
+    return np.where(tma, full, np.where(shifted, np.minimum(full, phase_width), widths))
 
 
 def _line_efficiency_arrays(c: candidates.Candidates, problem: Problem, operand: str,
@@ -443,17 +454,14 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     element = problem.operand_bytes
     clock = hardware.clock_hz
     sms = hardware.sm_count
-    # A shifted operand's tiles (K phases) start up to 16 bytes' worth of elements before C's.
-    shift_a = shift_b = False
-    if resources.needed_k_phases(problem) > 1:
-        phased = c.k_phases > 1
-        shifts = []
-        for along_k, stride in zip(resources.rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride)):
-            misaligned = along_k and (stride * problem.operand_bytes) % resources.VECTOR_BYTES != 0
-            shifts.append(phased & misaligned
-                          & ((c.k_phases * stride * problem.operand_bytes) % resources.VECTOR_BYTES == 0))
-        shift_a, shift_b = shifts
-    reach = constants.full_vector_bytes // element - 1
+    # A shifted operand's tiles (K phases) start up to one phase vector's worth of elements before
+    # C's (`resources.shifted_operands`, `resources.phase_vector_bytes`).
+    phased = c.k_phases > 1
+    shift_a, shift_b = (phased & shifted for shifted in resources.shifted_operands(problem, Config(k_phases=2)))
+    phase_width = np.full(len(c), resources.VECTOR_BYTES, dtype=np.int64)
+    for count in resources.k_phase_counts(problem):
+        phase_width[c.k_phases == count] = resources.phase_vector_bytes(problem, count)
+    reach = np.minimum(constants.full_vector_bytes, phase_width) // element - 1
     tiles_m = -(-(problem.m + reach * shift_a) // bm)
     tiles_n = -(-(problem.n + reach * shift_b) // bn)
     tiles = tiles_m * tiles_n * problem.batch
@@ -502,8 +510,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * element / constants.swizzle_bytes)
     smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
     step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
-    vector_a = _vector_bytes_arrays(c, problem, "a", tma | shift_a, constants)
-    vector_b = _vector_bytes_arrays(c, problem, "b", tma | shift_b, constants)
+    vector_a = _vector_bytes_arrays(c, problem, "a", tma, shift_a, phase_width, constants)
+    vector_b = _vector_bytes_arrays(c, problem, "b", tma, shift_b, phase_width, constants)
     step_load = (a_loaded * full / vector_a + b_step * full / vector_b) / load_port
     step_overhead = np.where(tma, constants.tma_k_step_overhead_clocks / clock,
                              constants.k_step_overhead_clocks / clock)
@@ -511,8 +519,12 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     take_turns = ~wgmma & (warps <= constants.warp_schedulers_per_sm) & (rows // warps_m <= resources.MMA_ROWS)
     step_chain = np.where(take_turns, np.maximum(step_mma + step_smem, step_load) + step_overhead, step)
     latency = constants.memory_latency_seconds
-    in_flight = np.where(np.minimum(vector_a, vector_b) < MIN_ASYNC_COPY_BYTES, 1, np.maximum(1, stages - 2))
-    step_latency = latency / in_flight
+    narrow = np.minimum(vector_a, vector_b) < MIN_ASYNC_COPY_BYTES
+    narrow_loads = (np.where(vector_a < MIN_ASYNC_COPY_BYTES, a_loaded / vector_a, 0)
+                    + np.where(vector_b < MIN_ASYNC_COPY_BYTES, b_step / vector_b, 0)) / (32 * warps)
+    in_flight = np.where(narrow, 1, np.maximum(1, stages - 2))
+    step_latency = np.where(narrow, latency * np.maximum(1.0, narrow_loads / constants.narrow_loads_in_flight),
+                            latency / in_flight)
 
     # One tile: fill, the K loop, the epilogue.
     fill = latency + (a_loaded + b_step) / load_port
@@ -565,7 +577,13 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         reduction = per_split[split]
     else:
         reduction = np.zeros(len(c))
-    predicted = launch + np.maximum(sm, memory) + reduction
+    # The phase-major copy of a K-contiguous A (`resources.phase_major_a`): read A, write the copy.
+    phase_copy = np.zeros(len(c))
+    if phased.any() and not problem.transpose_a:
+        columns = -(-(-(-problem.k // c.k_phases)) // bk) * bk
+        moved = (problem.m * problem.k + problem.m * c.k_phases * columns) * element * problem.batch
+        phase_copy = np.where(phased, moved / hardware.dram_bytes_per_s + hardware.launch_seconds, 0.0)
+    predicted = launch + np.maximum(sm, memory) + reduction + phase_copy
     return dict(
         tiles=tiles, programs=grid, tiles_per_sm=tiles_per_sm, programs_per_sm=programs,
         waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste, uses_wgmma=wgmma,
@@ -575,7 +593,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
         dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,
         dram=dram, l2=l2, memory_latency=np.full(len(c), latency), memory=memory,
-        launch=launch, partial_bytes=partial_bytes, reduction=reduction, predicted_seconds=predicted,
+        launch=launch, partial_bytes=partial_bytes, reduction=reduction, phase_copy=phase_copy,
+        predicted_seconds=predicted,
     )
 
 

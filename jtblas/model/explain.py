@@ -10,7 +10,7 @@ from typing import Any
 
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
-from jtblas.model import cost, repack
+from jtblas.model import cost, repack, resources
 from jtblas.model.select import microseconds as _us
 from jtblas.model.select import rank
 
@@ -92,7 +92,7 @@ class Explanation:
         )
         if win.padding_waste > 0.005:
             text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
-        text += "." + self._split_words() + self._swap_words() + self._kernel_words()
+        text += "." + self._split_words() + self._phase_words() + self._swap_words() + self._kernel_words()
         if self.plan is not None and self.plan.reason:
             text += f" Repacking: {self.plan.reason}."  # times above are the kernel's, copies apart
         shape = (c.block_m, c.block_n, c.block_k)
@@ -129,6 +129,19 @@ class Explanation:
             f" Not split: the best split-K candidate, {split.config.short()}, predicts "
             f"{_us(split.predicted_seconds)} ({slower:.1f}% slower), its {_megabytes(split.partial_bytes)} "
             f"of partials and the reduction ({_us(split.reduction)}) costing more than the idle SMs it fills."
+        )
+
+    def _phase_words(self) -> str:
+        """What the winner's K phases cost (`Config.k_phases`): their partials, the sum, and the
+        phase-major copy of A."""
+        win = self.winner
+        if win.config.k_phases == 1:
+            return ""
+        copy = f", after a phase-major copy of A ({_us(win.phase_copy)})" if win.phase_copy else ""
+        return (
+            f" {win.config.k_phases} K phases load the misaligned rows along K "
+            f"{resources.phase_vector_bytes(self.problem, win.config.k_phases)} bytes at a time{copy}; "
+            f"their {_megabytes(win.partial_bytes)} of fp32 partials are summed in {_us(win.reduction)}."
         )
 
     def _swap_words(self) -> str:

@@ -104,6 +104,9 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
 # A vector load or cp.async moves at most 16 bytes, from an address that is a multiple of its size
 # (PTX ISA, ld.global.v4 and cp.async cp-size 4, 8 or 16).
 VECTOR_BYTES = 16
+# The narrowest copy cp.async makes (PTX ISA, cp.async: cp-size 4, 8 or 16 bytes): narrower
+# loads go through registers, not the software pipeline.
+MIN_ASYNC_COPY_BYTES = 4
 
 
 def rows_along_k(problem: Problem) -> tuple[bool, bool]:
@@ -117,25 +120,66 @@ def needed_k_phases(problem: Problem) -> int:
     its rows along K starts on a 16-byte boundary: 16 / gcd(16, row stride x bytes), over those
     operands (1 where they all already do, 8 for a bf16 row of odd length)."""
     phases = 1
-    for along_k, stride in zip(rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride)):
-        if along_k:
-            stride_bytes = stride * problem.operand_bytes
-            alignment = min(VECTOR_BYTES, stride_bytes & -stride_bytes)  # its largest power-of-two divisor
-            phases = max(phases, VECTOR_BYTES // alignment)
+    for stride_bytes in _misaligned_rows_along_k(problem):
+        phases = max(phases, VECTOR_BYTES // _alignment(stride_bytes))
     return phases
 
 
+def k_phase_counts(problem: Problem) -> tuple[int, ...]:
+    """The K phase counts a config may have beyond 1: each power of two up to `needed_k_phases`
+    whose phases load the misaligned operands at least MIN_ASYNC_COPY_BYTES at a time
+    (`phase_vector_bytes`), so that their loads are pipelined. Fewer phases write fewer fp32
+    partials and load narrower vectors; for a bf16 row of odd length: 2 (4-byte loads), 4 (8),
+    8 (16)."""
+    needed = needed_k_phases(problem)
+    return tuple(p for p in (2, 4, 8) if p <= needed and phase_vector_bytes(problem, p) >= MIN_ASYNC_COPY_BYTES)
+
+
+def phase_vector_bytes(problem: Problem, k_phases: int) -> int:
+    """Width (bytes) of the loads of the operands K phases shift (`shifted_operands`): the
+    largest power of two (at most 16) dividing k_phases row strides, over those operands."""
+    widths = [_alignment(k_phases * stride_bytes) for stride_bytes in _misaligned_rows_along_k(problem)]
+    return min(widths, default=VECTOR_BYTES)
+
+
 def shifted_operands(problem: Problem, config: Config) -> tuple[bool, bool]:
-    """Whether the K-phase kernel loads A's (B's) tiles from a 16-byte boundary, shifted
-    (`matmul_kernel`'s SHIFT_A, SHIFT_B): the operand's rows run along K, its row stride is not a
-    multiple of 16 bytes, and config.k_phases rows apart it is."""
+    """Whether the K-phase kernel loads A's (B's) tiles from a `phase_vector_bytes` boundary,
+    shifted (`matmul_kernel`'s SHIFT_A, SHIFT_B): the config has K phases and the operand's rows
+    run along K with a row stride that is not a multiple of 16 bytes."""
     if config.k_phases == 1:
         return False, False
     return tuple(
         along_k and (stride * problem.operand_bytes) % VECTOR_BYTES != 0
-        and (config.k_phases * stride * problem.operand_bytes) % VECTOR_BYTES == 0
         for along_k, stride in zip(rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride))
     )
+
+
+def phase_major_a(problem: Problem, config: Config) -> bool:
+    """Whether K phases run on a phase-major copy of A (`matmul_kernel`'s PHASE_MAJOR_A): A is
+    stored [M, K], K-contiguous, so a phase's K indices (k_phases apart) would load it one element
+    at a time, each load waiting for its own (cp.async copies no fewer than 4 bytes); the copy
+    [M, k_phases · `phase_columns`] holds each phase's K columns side by side instead."""
+    return config.k_phases > 1 and not problem.transpose_a
+
+
+def phase_columns(problem: Problem, k_phases: int, block_k: int) -> int:
+    """Columns of one phase's block in the phase-major copy of A: ⌈K / k_phases⌉ rounded up to
+    whole K blocks (zeros past K), so the kernel loads it without a K mask, and every block starts
+    on a 16-byte boundary (block_k ≥ 16)."""
+    return -(-(-(-problem.k // k_phases)) // block_k) * block_k
+
+
+def _alignment(stride_bytes: int) -> int:
+    """Largest power of two dividing stride_bytes, at most VECTOR_BYTES (16 for 0)."""
+    return min(VECTOR_BYTES, stride_bytes & -stride_bytes) if stride_bytes else VECTOR_BYTES
+
+
+def _misaligned_rows_along_k(problem: Problem) -> list[int]:
+    """Row strides (bytes) of the operands stored with their rows along K whose rows do not start
+    on 16-byte boundaries."""
+    return [stride * problem.operand_bytes
+            for along_k, stride in zip(rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride))
+            if along_k and (stride * problem.operand_bytes) % VECTOR_BYTES != 0]
 
 
 def k_from_indices(problem: Problem) -> bool:
