@@ -141,7 +141,7 @@ def _bench(argv: list[str]) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from jtblas import calibrate, profiles
     from jtblas.hardware import PROFILE_ENV_VAR
-    from jtblas.launch import drop_blank_triton_cache_dir
+    from jtblas.jax_triton_adapter import drop_blank_triton_cache_dir
 
     drop_blank_triton_cache_dir()  # the microbenchmarks are Triton kernels launched on torch tensors
     # One step launches through JAX: share the GPU with torch instead of XLA taking 75% up front.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import jtblas
-from jtblas import calibrate, cli, constants, hardware, launch, model, profiles
+from jtblas import calibrate, cli, constants, hardware, jax_triton_adapter, model, profiles
 from tests.reference import use_jax_triton_031
 
 H200_FIELDS = dict(dram_bytes_per_s=4.1e12, l2_bytes_per_s=9.0e12, fp32_flops=50e12, launch_seconds=2.5e-6,
@@ -141,7 +141,7 @@ def _fake_gpu(monkeypatch, device="NVIDIA H200", driver="570.124.06"):
     # A GPU whose jaxlib allocates global scratch (as jaxlib 0.11 on the GPU machine), so the
     # built-in description comes back unchanged (`hardware.for_launch`).
     use_jax_triton_031(monkeypatch)
-    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
+    monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)
 
 
 def test_detect_picks_up_the_cached_profile_for_this_gpu_and_driver(tmp_path, monkeypatch):
@@ -266,7 +266,7 @@ def test_blank_triton_cache_dir_is_dropped(monkeypatch):
     """A jax-triton import leaves TRITON_CACHE_DIR="" to child processes; `jtblas calibrate` and
     `jtblas bench` drop it before launching Triton kernels (on the H200 every microbenchmark of
     the calibration test failed with "Could not create or locate cache dir" without this)."""
-    from jtblas.launch import drop_blank_triton_cache_dir
+    from jtblas.jax_triton_adapter import drop_blank_triton_cache_dir
 
     monkeypatch.setenv("TRITON_CACHE_DIR", "")
     drop_blank_triton_cache_dir()

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import hardware, launch, model, ops
+from jtblas import hardware, jax_triton_adapter, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
@@ -120,12 +120,12 @@ def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch)
             return "kernel"
 
     use_jax_triton_031(monkeypatch)
-    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
-    monkeypatch.setattr(launch, "_GLOBAL_SCRATCH", {})
-    wrapped = launch._ScratchAwareKernelLibrary(FakeLibrary())
+    monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)
+    monkeypatch.setattr(jax_triton_adapter, "_GLOBAL_SCRATCH", {})
+    wrapped = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
     assert wrapped.marker == "kept"
     wrapped.TritonKernel("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90)
-    launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+    jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
     wrapped.TritonKernel("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90)
     assert calls[0] == (("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90), {})
     assert calls[1] == (("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90),
@@ -133,7 +133,7 @@ def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch)
 
 
 def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypatch):
-    """On the typed-FFI call the TMA kernel's scratch is its last output (`launch._scratch_output`):
+    """On the typed-FFI call the TMA kernel's scratch is its last output (`jax_triton_adapter._scratch_output`):
     the kernel is compiled without that argument, and the call checks the buffer's alignment."""
     seen = []
 
@@ -141,20 +141,20 @@ def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypat
         seen.append(list(arg_dtypes))
         return object(), {(0,): [["tt.divisibility", 16]]}
 
-    monkeypatch.setattr(launch, "_SCRATCH_OUTPUT_ALIGN", {})
-    monkeypatch.setattr(launch, "_SCRATCH_OUTPUT_KERNELS", {})
-    wrapped = launch._jtblas_kernels(get_or_create)
+    monkeypatch.setattr(jax_triton_adapter, "_SCRATCH_OUTPUT_ALIGN", {})
+    monkeypatch.setattr(jax_triton_adapter, "_SCRATCH_OUTPUT_KERNELS", {})
+    wrapped = jax_triton_adapter._jtblas_kernels(get_or_create)
     runtime = len(matmul_tma_kernel.arg_names) - len(matmul_tma_kernel.constexprs)
     options = dict(num_warps=4, num_stages=3, num_ctas=1, compute_capability=90, enable_fp_fusion=True,
                    metaparams={}, dump=False)
     dtypes = ["*bf16"] * (runtime + 1)
     kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
     assert seen[-1] == dtypes and (runtime,) not in attrs  # not registered: as jax-triton has it
-    spec = launch._scratch_output(matmul_tma_kernel, (132, 2), (384, 128))
+    spec = jax_triton_adapter._scratch_output(matmul_tma_kernel, (132, 2), (384, 128))
     assert spec.shape == (132 * 2 * 384,) and spec.dtype == jnp.uint8
     kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
     assert seen[-1] == dtypes[:-1] and attrs[(runtime,)] == [] and attrs[(0,)] == [["tt.divisibility", 16]]
-    assert launch._SCRATCH_OUTPUT_KERNELS == {id(kernel): 128}
+    assert jax_triton_adapter._SCRATCH_OUTPUT_KERNELS == {id(kernel): 128}
 
     class FakeLibrary:
         def create_array_parameter(self, bytes_to_zero, divisibility):
@@ -163,7 +163,7 @@ def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypat
         def TritonKernelCall(self, *args):  # noqa: N802
             return args
 
-    library = launch._ScratchAwareKernelLibrary(FakeLibrary())
+    library = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
     params = [("array", 0, 16), ("scalar", 7), ("array", 0, 16)]
     assert library.TritonKernelCall(kernel, 264, 1, 1, params) == (
         kernel, 264, 1, 1, [("array", 0, 16), ("scalar", 7), ("array", 0, 128)])
@@ -174,7 +174,7 @@ def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypat
 def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     """Where the CUDA launcher cannot allocate scratch, the model never picks the TMA kernel and
     a forced TMA config is refused with the reason, before anything is compiled."""
-    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: False)
+    monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: False)
     with launch.forced_backend("cuda", compute_capability=90):
         hw = ops.launch_hardware([])
     assert not hw.tma and hardware.H200.tma
@@ -182,7 +182,7 @@ def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     assert hardware.for_launch(hardware.H200, "cpu").tma  # the interpreter needs no jaxlib scratch
     assert not model.select_for_problem(Problem(m=4096, n=4096, k=4096, transpose_b=True), hw).tma
     with pytest.raises(RuntimeError, match="global scratch"):
-        launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+        jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
     problem = Problem(m=64, n=64, k=64)
     with pytest.raises(ValueError, match="no TMA kernel"):
         ops.check_config(TMA_CONFIGS[0], problem, hw)
@@ -256,7 +256,7 @@ def test_explain_names_the_kernel_and_its_twin():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tma_products_in_a_jitted_loop_match_float64(backend, rng):
     """TMA launches inside a jitted loop, which XLA records into a CUDA graph on the GPU: there the
-    descriptors' scratch must be an XLA buffer (`launch._scratch_output`); jaxlib's per-launch
+    descriptors' scratch must be an XLA buffer (`jax_triton_adapter._scratch_output`); jaxlib's per-launch
     allocation cannot be recorded (2026-11-30, BENCHMARKS.md at 705f18b)."""
     a, b, reference = random_operands(rng, 136, 200, 88, "bfloat16", transpose_b=True)
     a, b = on_backend(backend, a, b)
