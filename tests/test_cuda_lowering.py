@@ -55,20 +55,6 @@ def test_default_selection_compiles_with_batch_dims():
     assert "triton_kernel_call" in lower_for_cuda(lambda x, y: jtblas.matmul(x, y), a, b)
 
 
-def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
-    """jax-triton 0.3.1 blanks TRITON_CACHE_DIR at import; jtblas's launcher restores it."""
-    import os
-    import sys
-
-    from jtblas import jax_triton_adapter
-
-    monkeypatch.delitem(sys.modules, "jax_triton")
-    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/jtblas-test-cache")
-    jax_triton_adapter._jax_triton.cache_clear()
-    jax_triton_adapter._jax_triton()
-    assert os.environ["TRITON_CACHE_DIR"] == "/tmp/jtblas-test-cache"
-
-
 def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
     """What `jtblas.matmul` runs for each distinct product of the benchmark's shape sets (the
     model's pick on the H200 description: plain, split-K or repacked) compiles for sm_90 and holds
@@ -179,40 +165,6 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
     programs = min(2 * 4, hardware.H200.sm_count)  # 256 x 512 in 128 x 128 tiles, persistent grid
     assert len(calls) == 1 and "@triton_kernel_call_ffi(" in calls[0]
     assert calls[0].endswith(f"-> (tensor<1x256x512xbf16>, tensor<{programs * 384}xui8>)"), calls[0]
-
-
-def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
-    from jtblas import jax_triton_adapter
-
-    made = []
-
-    class FakeFfi:
-        other = "kept"
-
-        def ffi_lowering(self, target, **kwargs):
-            made.append((target, kwargs))
-
-            def rule(ctx, *operands, **attributes):
-                return (ctx, operands, attributes)
-
-            return rule
-
-    ffi = jax_triton_adapter._TritonFfiLowering(FakeFfi())
-    assert ffi.other == "kept"
-    rule = ffi.ffi_lowering("triton_kernel_call_ffi", api_version=2, backend_config=b"\x78\x9c",
-                            operand_output_aliases={})
-    assert made[-1] == ("triton_kernel_call_ffi", dict(api_version=4, operand_output_aliases={}))
-    assert rule("ctx", "a", "b") == ("ctx", ("a", "b"), dict(opaque=b"\x78\x9c"))
-    for target, version in [("triton_kernel_call", 2), ("some_target", 4)]:  # passed through as they are
-        ffi.ffi_lowering(target, api_version=version, backend_config=b"\x00")
-        assert made[-1] == (target, dict(api_version=version, backend_config=b"\x00"))
-    ffi = "triton_kernel_call_ffi" if jax_triton_adapter._ffi_target_registered() else "triton_kernel_call"
-    assert jax_triton_adapter._call_target(None) == ffi
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)
-        assert jax_triton_adapter._call_target((384, 128)) == ffi
-        patch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: False)
-        assert jax_triton_adapter._call_target((384, 128)) == "triton_kernel_call"
 
 
 def test_64_bit_offsets_compile_for_sm90():

@@ -1,6 +1,7 @@
 """The TMA kernel (`matmul_tma_kernel`, `Config.tma`): numerics against float64 on every layout,
 tails, dtypes and batches (Triton's interpreter on CPU, the same cases on a GPU under `gpu`), its
-global scratch against the compiler's, the launcher's scratch wrapper, and the model's use of it.
+global scratch against the compiler's, and the model's use of it. The CUDA launcher's scratch
+wrappers: tests/test_jax_triton_adapter.py.
 """
 
 import dataclasses
@@ -15,7 +16,7 @@ from jtblas import hardware, jax_triton_adapter, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
-from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance, use_jax_triton_031
+from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
 from tests.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -107,68 +108,6 @@ def test_global_scratch_is_the_compilers(config):
     assert ttgir.count("async_tma_copy_global_to_local") >= 2
     assert ("warp_group_dot" in ttgir) == resources.uses_wgmma(config, problem, hardware.H200)
     assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64
-
-
-def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch):
-    calls = []
-
-    class FakeLibrary:
-        marker = "kept"
-
-        def TritonKernel(self, *args, **kwargs):  # noqa: N802
-            calls.append((args, kwargs))
-            return "kernel"
-
-    use_jax_triton_031(monkeypatch)
-    monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)
-    monkeypatch.setattr(jax_triton_adapter, "_GLOBAL_SCRATCH", {})
-    wrapped = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
-    assert wrapped.marker == "kept"
-    wrapped.TritonKernel("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90)
-    jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
-    wrapped.TritonKernel("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90)
-    assert calls[0] == (("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90), {})
-    assert calls[1] == (("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90),
-                        dict(global_scratch_size=384, global_scratch_align=128))
-
-
-def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypatch):
-    """On the typed-FFI call the TMA kernel's scratch is its last output (`jax_triton_adapter._scratch_output`):
-    the kernel is compiled without that argument, and the call checks the buffer's alignment."""
-    seen = []
-
-    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **options):
-        seen.append(list(arg_dtypes))
-        return object(), {(0,): [["tt.divisibility", 16]]}
-
-    monkeypatch.setattr(jax_triton_adapter, "_SCRATCH_OUTPUT_ALIGN", {})
-    monkeypatch.setattr(jax_triton_adapter, "_SCRATCH_OUTPUT_KERNELS", {})
-    wrapped = jax_triton_adapter._jtblas_kernels(get_or_create)
-    runtime = len(matmul_tma_kernel.arg_names) - len(matmul_tma_kernel.constexprs)
-    options = dict(num_warps=4, num_stages=3, num_ctas=1, compute_capability=90, enable_fp_fusion=True,
-                   metaparams={}, dump=False)
-    dtypes = ["*bf16"] * (runtime + 1)
-    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
-    assert seen[-1] == dtypes and (runtime,) not in attrs  # not registered: as jax-triton has it
-    spec = jax_triton_adapter._scratch_output(matmul_tma_kernel, (132, 2), (384, 128))
-    assert spec.shape == (132 * 2 * 384,) and spec.dtype == jnp.uint8
-    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
-    assert seen[-1] == dtypes[:-1] and attrs[(runtime,)] == [] and attrs[(0,)] == [["tt.divisibility", 16]]
-    assert jax_triton_adapter._SCRATCH_OUTPUT_KERNELS == {id(kernel): 128}
-
-    class FakeLibrary:
-        def create_array_parameter(self, bytes_to_zero, divisibility):
-            return ("array", bytes_to_zero, divisibility)
-
-        def TritonKernelCall(self, *args):  # noqa: N802
-            return args
-
-    library = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
-    params = [("array", 0, 16), ("scalar", 7), ("array", 0, 16)]
-    assert library.TritonKernelCall(kernel, 264, 1, 1, params) == (
-        kernel, 264, 1, 1, [("array", 0, 16), ("scalar", 7), ("array", 0, 128)])
-    other = object()
-    assert library.TritonKernelCall(other, 8, 1, 1, params) == (other, 8, 1, 1, params)
 
 
 def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
