@@ -1,17 +1,14 @@
 """`jtblas calibrate`'s derivation (`jtblas.calibrate.derive`) on any machine: from the numbers a
-run records to the profile's fields and model constants, the profile validated and loaded."""
+run records to the profile's fields and model constants, the profile validated and loaded. That it
+imports no device library: tests/test_structure.py."""
 
-import ast
 import math
-from pathlib import Path
 
 import pytest
 
 from jtblas import gpus, profiles
 from jtblas.calibrate import derive
 from jtblas.calibrate.derive import measured_launch_seconds
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # The numbers `Calibration.measured` holds after a run, with the keys the derivation reads (a run
 # records more: methods, sizes, the per-grid rows). Values: the H200 profile of docs/calibrate.md,
@@ -99,33 +96,3 @@ def test_launch_seconds_falls_back_when_the_jit_slope_measures_nothing(measured,
     """The profile's launch_seconds is jax-triton's launch under jax.jit when its slope is
     positive, else the CUDA-graph launch, else absent (never a zero or negative cost)."""
     assert measured_launch_seconds(measured) == expected
-
-
-def _imports(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module == "jtblas":
-            names.update(f"jtblas.{alias.name}" for alias in node.names)  # `from jtblas import profiles`
-        elif isinstance(node, ast.ImportFrom):
-            names.add(node.module or "")
-    return names
-
-
-@pytest.mark.parametrize("module", ["jtblas.calibrate.derive", "jtblas.calibrate.report"])
-def test_derivation_and_report_reach_neither_torch_nor_triton_nor_jax(module):
-    """The modules, and every jtblas module they import (at any depth), import no device library."""
-    seen, todo = set(), [module]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        path = ROOT / name.replace(".", "/")
-        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-        for imported in _imports(path):
-            assert imported.split(".")[0] not in ("jax", "jaxlib", "triton", "jax_triton", "torch"), (name, imported)
-            if imported.startswith("jtblas."):
-                todo.append(imported)
-    assert {"jtblas.gpus", "jtblas.constants"} <= seen  # the walk follows jtblas's own imports
