@@ -2,7 +2,7 @@
 
 Two jax-triton generations call a kernel differently (docs/decisions.md, 2026-12-04):
 
-- jax-triton 0.3.1 (with triton 3.6): lowers to jaxlib's legacy custom call; `jtblas.launch`
+- jax-triton 0.3.1 (with triton 3.6): lowers to jaxlib's legacy custom call; `jtblas.jax_triton_adapter`
   redirects it to the typed-FFI target and gives a TMA kernel its global scratch as an XLA buffer.
 - jax-triton 0.4.x (with triton 3.7-3.9, jax >= 0.11): lowers to the typed-FFI target itself
   (`CUSTOM_CALL_TARGET_NAME = "triton_kernel_call_ffi"`, jax_triton/triton_lib.py), has no
@@ -81,7 +81,7 @@ def check(found: dict[str, str | None]) -> Stack:
         raise refuse(f"unsupported triton {found['triton']}")
     if jax_triton is not None:
         if jax_triton[:3] == (0, 3, 1):
-            # jax-triton 0.3.1's internals that `jtblas.launch` wraps were read against triton 3.6.
+            # jax-triton 0.3.1's internals that `jtblas.jax_triton_adapter` wraps were read against triton 3.6.
             if triton[:2] != (3, 6):
                 raise refuse("jax-triton 0.3.1 is supported with triton 3.6 only")
         elif jax_triton[:2] == (0, 4):

@@ -139,27 +139,28 @@ def _bench(argv: list[str]) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from jtblas import calibrate, profiles
+    from jtblas import profiles
+    from jtblas.calibrate import measure, report
     from jtblas.hardware import PROFILE_ENV_VAR
-    from jtblas.launch import drop_blank_triton_cache_dir
+    from jtblas.jax_triton_adapter import drop_blank_triton_cache_dir
 
     drop_blank_triton_cache_dir()  # the microbenchmarks are Triton kernels launched on torch tensors
     # One step launches through JAX: share the GPU with torch instead of XLA taking 75% up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-    reason = calibrate.find_gpu()
+    reason = measure.find_gpu()
     if reason is not None:
         print(f"{PROGRAM} calibrate: {reason}", file=sys.stderr)
-        return 1 if reason == calibrate.NO_GPU else 2
-    run = calibrate.Calibration(quick=args.quick, fit_constants=args.fit_constants,
-                                progress=not args.no_progress)
+        return 1 if reason == measure.NO_GPU else 2
+    run = measure.Calibration(quick=args.quick, fit_constants=args.fit_constants,
+                              progress=not args.no_progress)
     print(f"{PROGRAM} calibrate: {run.device} ({run.sm_count} SMs), driver {profiles.driver_version()}, "
           f"base description {run.base.name!r}{'' if run.known_device else ' (nearest; no built-in for this GPU)'}",
           file=sys.stderr)
     profile = run.run()
     path = args.out or profiles.profile_path(profile["device"], profile["driver"])
     path = profiles.save(profile, path)
-    print(calibrate.format_table(calibrate.comparison_rows(profile)))
+    print(report.format_table(report.comparison_rows(profile)))
     measured = profile["measured"]
     print(f"\n{len(profile['hardware'])} hardware fields measured in {measured['seconds']:.1f} s"
           f"{' (--quick)' if args.quick else ''}; model constants "

@@ -86,9 +86,9 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from jtblas import launch
+    from jtblas import jax_triton_adapter
 
-    launch.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
+    jax_triton_adapter.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
     names = kernel.arg_names
     signature = {n: pointer_type if n.endswith("_ptr") else "constexpr" if n in metaparams else "i32" for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
@@ -97,8 +97,8 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
 
 
 def use_jax_triton_031(monkeypatch) -> None:
-    """Has `jtblas.launch` take the installed stack for the GPU machine's (jax 0.11.2, triton
-    3.6.0, jax-triton 0.3.1), for tests of its jax-triton 0.3.1 adapter under any installed version."""
+    """Has jtblas take the installed stack for the GPU machine's (jax 0.11.2, triton 3.6.0,
+    jax-triton 0.3.1), for tests of `jtblas.jax_triton_adapter`'s 0.3.1 path under any installed version."""
     from jtblas import _compat
 
     stack = _compat.check({"jax": "0.11.2", "triton": "3.6.0", "jax-triton": "0.3.1"})
@@ -122,10 +122,10 @@ def count_equations(jaxpr, primitive: str) -> int:
 
 def kernel_calls(fn, *args) -> int:
     """How many interpreted kernel launches `fn(*args)` traces to on the CPU backend (each is one
-    `jtblas.launch.INTERPRETED_CALL` equation: none means a silent fallback to XLA)."""
-    from jtblas import launch
+    `jtblas.interpreter.INTERPRETED_CALL` equation: none means a silent fallback to XLA)."""
+    from jtblas import interpreter
 
-    return count_equations(jax.make_jaxpr(fn)(*args), launch.INTERPRETED_CALL)
+    return count_equations(jax.make_jaxpr(fn)(*args), interpreter.INTERPRETED_CALL)
 
 
 def record_planned_problems(monkeypatch) -> list:

@@ -55,20 +55,6 @@ def test_default_selection_compiles_with_batch_dims():
     assert "triton_kernel_call" in lower_for_cuda(lambda x, y: jtblas.matmul(x, y), a, b)
 
 
-def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
-    """jax-triton 0.3.1 blanks TRITON_CACHE_DIR at import; jtblas's launcher restores it."""
-    import os
-    import sys
-
-    from jtblas import launch as launch_module
-
-    monkeypatch.delitem(sys.modules, "jax_triton")
-    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/jtblas-test-cache")
-    launch_module._jax_triton.cache_clear()
-    launch_module._jax_triton()
-    assert os.environ["TRITON_CACHE_DIR"] == "/tmp/jtblas-test-cache"
-
-
 def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
     """What `jtblas.matmul` runs for each distinct product of the benchmark's shape sets (the
     model's pick on the H200 description: plain, split-K or repacked) compiles for sm_90 and holds
@@ -149,9 +135,9 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
     0.3.1's own target, the legacy "triton_kernel_call", is left out of them. A kernel with
     global scratch (the TMA kernel) gets it as one more output, grid x 384 bytes, with jax-triton
     0.3.1; jax-triton 0.4.x gets no TMA kernel."""
-    from jtblas import launch
+    from jtblas import jax_triton_adapter
 
-    if not launch._ffi_target_registered():
+    if not jax_triton_adapter._ffi_target_registered():
         pytest.skip("this jaxlib registers no typed-FFI Triton kernel call")
     config = jtblas.Config(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3, split_k=4)
     a = jax.ShapeDtypeStruct((256, 4096), jnp.bfloat16)
@@ -170,49 +156,15 @@ def test_kernel_calls_lower_to_the_command_buffer_compatible_ffi_target():
         with pytest.raises(ValueError, match="no TMA kernel"):
             lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_b=True, config=tma), a, b_nk)
         with pytest.raises(RuntimeError, match=r"global scratch.*jax-triton 0\.4"):
-            launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+            jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
         return
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)  # a jaxlib >= 0.11
+        patch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)  # a jaxlib >= 0.11
         text = lower_for_cuda(lambda x, y: jtblas.matmul(x, y, transpose_b=True, config=tma), a, b_nk)
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
     programs = min(2 * 4, hardware.H200.sm_count)  # 256 x 512 in 128 x 128 tiles, persistent grid
     assert len(calls) == 1 and "@triton_kernel_call_ffi(" in calls[0]
     assert calls[0].endswith(f"-> (tensor<1x256x512xbf16>, tensor<{programs * 384}xui8>)"), calls[0]
-
-
-def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
-    from jtblas import launch
-
-    made = []
-
-    class FakeFfi:
-        other = "kept"
-
-        def ffi_lowering(self, target, **kwargs):
-            made.append((target, kwargs))
-
-            def rule(ctx, *operands, **attributes):
-                return (ctx, operands, attributes)
-
-            return rule
-
-    ffi = launch._TritonFfiLowering(FakeFfi())
-    assert ffi.other == "kept"
-    rule = ffi.ffi_lowering("triton_kernel_call_ffi", api_version=2, backend_config=b"\x78\x9c",
-                            operand_output_aliases={})
-    assert made[-1] == ("triton_kernel_call_ffi", dict(api_version=4, operand_output_aliases={}))
-    assert rule("ctx", "a", "b") == ("ctx", ("a", "b"), dict(opaque=b"\x78\x9c"))
-    for target, version in [("triton_kernel_call", 2), ("some_target", 4)]:  # passed through as they are
-        ffi.ffi_lowering(target, api_version=version, backend_config=b"\x00")
-        assert made[-1] == (target, dict(api_version=version, backend_config=b"\x00"))
-    ffi = "triton_kernel_call_ffi" if launch._ffi_target_registered() else "triton_kernel_call"
-    assert launch._call_target(None) == ffi
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
-        assert launch._call_target((384, 128)) == ffi
-        patch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: False)
-        assert launch._call_target((384, 128)) == "triton_kernel_call"
 
 
 def test_64_bit_offsets_compile_for_sm90():

@@ -14,7 +14,7 @@ import pytest
 
 import jtblas
 import jtblas.model
-from jtblas import launch
+from jtblas import interpreter
 from jtblas.kernels.matmul import matmul_kernel
 from tests.reference import DTYPES, lower_for_cuda, record_planned_problems, relative_error, tolerance
 
@@ -134,9 +134,9 @@ def test_checkpoint_policies(policy, rng, monkeypatch):
     forward GEMMs in the backward pass (counted as kernel runs, eagerly: under jit XLA drops the
     unused first forward anyway), with the same gradients."""
     runs = []
-    interpreted = launch._interpreted
+    interpreted = interpreter._interpreted
     monkeypatch.setattr(
-        launch, "_interpreted", lambda k: (runs.append(k is matmul_kernel), interpreted(k))[1]
+        interpreter, "_interpreted", lambda k: (runs.append(k is matmul_kernel), interpreted(k))[1]
     )
     x = jnp.asarray(rng.standard_normal((8, 16)), jnp.float32)
     w1 = jnp.asarray(rng.standard_normal((16, 16)) / 4, jnp.float32)

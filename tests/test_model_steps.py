@@ -15,7 +15,7 @@ from flax import linen
 
 import jtblas.nn
 from jtblas.bench import model_steps as ms
-from jtblas.launch import INTERPRETED_CALL
+from jtblas.interpreter import INTERPRETED_CALL
 from tests.reference import count_equations, relative_error
 
 TINY = {name: ms.tiny(spec) for name, spec in ms.MODELS.items()}

@@ -1,6 +1,7 @@
 """The TMA kernel (`matmul_tma_kernel`, `Config.tma`): numerics against float64 on every layout,
 tails, dtypes and batches (Triton's interpreter on CPU, the same cases on a GPU under `gpu`), its
-global scratch against the compiler's, the launcher's scratch wrapper, and the model's use of it.
+global scratch against the compiler's, and the model's use of it. The CUDA launcher's scratch
+wrappers: tests/test_jax_triton_adapter.py.
 """
 
 import dataclasses
@@ -11,11 +12,11 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import hardware, launch, model, ops
+from jtblas import hardware, jax_triton_adapter, launch, model, ops
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
-from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance, use_jax_triton_031
+from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
 from tests.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -109,72 +110,10 @@ def test_global_scratch_is_the_compilers(config):
     assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64
 
 
-def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch):
-    calls = []
-
-    class FakeLibrary:
-        marker = "kept"
-
-        def TritonKernel(self, *args, **kwargs):  # noqa: N802
-            calls.append((args, kwargs))
-            return "kernel"
-
-    use_jax_triton_031(monkeypatch)
-    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: True)
-    monkeypatch.setattr(launch, "_GLOBAL_SCRATCH", {})
-    wrapped = launch._ScratchAwareKernelLibrary(FakeLibrary())
-    assert wrapped.marker == "kept"
-    wrapped.TritonKernel("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90)
-    launch._register_global_scratch(matmul_tma_kernel, (384, 128))
-    wrapped.TritonKernel("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90)
-    assert calls[0] == (("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90), {})
-    assert calls[1] == (("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90),
-                        dict(global_scratch_size=384, global_scratch_align=128))
-
-
-def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypatch):
-    """On the typed-FFI call the TMA kernel's scratch is its last output (`launch._scratch_output`):
-    the kernel is compiled without that argument, and the call checks the buffer's alignment."""
-    seen = []
-
-    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **options):
-        seen.append(list(arg_dtypes))
-        return object(), {(0,): [["tt.divisibility", 16]]}
-
-    monkeypatch.setattr(launch, "_SCRATCH_OUTPUT_ALIGN", {})
-    monkeypatch.setattr(launch, "_SCRATCH_OUTPUT_KERNELS", {})
-    wrapped = launch._jtblas_kernels(get_or_create)
-    runtime = len(matmul_tma_kernel.arg_names) - len(matmul_tma_kernel.constexprs)
-    options = dict(num_warps=4, num_stages=3, num_ctas=1, compute_capability=90, enable_fp_fusion=True,
-                   metaparams={}, dump=False)
-    dtypes = ["*bf16"] * (runtime + 1)
-    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
-    assert seen[-1] == dtypes and (runtime,) not in attrs  # not registered: as jax-triton has it
-    spec = launch._scratch_output(matmul_tma_kernel, (132, 2), (384, 128))
-    assert spec.shape == (132 * 2 * 384,) and spec.dtype == jnp.uint8
-    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
-    assert seen[-1] == dtypes[:-1] and attrs[(runtime,)] == [] and attrs[(0,)] == [["tt.divisibility", 16]]
-    assert launch._SCRATCH_OUTPUT_KERNELS == {id(kernel): 128}
-
-    class FakeLibrary:
-        def create_array_parameter(self, bytes_to_zero, divisibility):
-            return ("array", bytes_to_zero, divisibility)
-
-        def TritonKernelCall(self, *args):  # noqa: N802
-            return args
-
-    library = launch._ScratchAwareKernelLibrary(FakeLibrary())
-    params = [("array", 0, 16), ("scalar", 7), ("array", 0, 16)]
-    assert library.TritonKernelCall(kernel, 264, 1, 1, params) == (
-        kernel, 264, 1, 1, [("array", 0, 16), ("scalar", 7), ("array", 0, 128)])
-    other = object()
-    assert library.TritonKernelCall(other, 8, 1, 1, params) == (other, 8, 1, 1, params)
-
-
 def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     """Where the CUDA launcher cannot allocate scratch, the model never picks the TMA kernel and
     a forced TMA config is refused with the reason, before anything is compiled."""
-    monkeypatch.setattr(launch, "_jaxlib_kernel_takes_scratch", lambda: False)
+    monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: False)
     with launch.forced_backend("cuda", compute_capability=90):
         hw = ops.launch_hardware([])
     assert not hw.tma and hardware.H200.tma
@@ -182,7 +121,7 @@ def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     assert hardware.for_launch(hardware.H200, "cpu").tma  # the interpreter needs no jaxlib scratch
     assert not model.select_for_problem(Problem(m=4096, n=4096, k=4096, transpose_b=True), hw).tma
     with pytest.raises(RuntimeError, match="global scratch"):
-        launch._register_global_scratch(matmul_tma_kernel, (384, 128))
+        jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
     problem = Problem(m=64, n=64, k=64)
     with pytest.raises(ValueError, match="no TMA kernel"):
         ops.check_config(TMA_CONFIGS[0], problem, hw)
@@ -256,7 +195,7 @@ def test_explain_names_the_kernel_and_its_twin():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tma_products_in_a_jitted_loop_match_float64(backend, rng):
     """TMA launches inside a jitted loop, which XLA records into a CUDA graph on the GPU: there the
-    descriptors' scratch must be an XLA buffer (`launch._scratch_output`); jaxlib's per-launch
+    descriptors' scratch must be an XLA buffer (`jax_triton_adapter._scratch_output`); jaxlib's per-launch
     allocation cannot be recorded (2026-11-30, BENCHMARKS.md at 705f18b)."""
     a, b, reference = random_operands(rng, 136, 200, 88, "bfloat16", transpose_b=True)
     a, b = on_backend(backend, a, b)

@@ -1,29 +1,8 @@
-"""`jtblas calibrate`: measure the GPU in hand and write the hardware profile the model reads.
+"""Measurement for `jtblas calibrate`: probe kernels timed on torch's current CUDA device.
 
-Each measurement takes a second or less (the whole run ~20-40 s, `--quick` ~10-20 s, most of it
-CUDA/cuBLAS start-up and Triton compiles) and is timed on the device (CUDA graphs and events,
-`jtblas.bench.timing.GraphTimer`), never by Python wall clock:
-
-| measurement | how | feeds |
-|---|---|---|
-| DRAM bandwidth | `dst.copy_(src)` of 256 MiB, read + written bytes / time | `dram_bytes_per_s` |
-| L2 bandwidth | the largest of several lower bounds: a Triton read kernel, a program per SM | `l2_bytes_per_s` |
-|              | re-reading a 17 MB working set (no L1); our GEMM kernels' tile loads / time |                  |
-|              | on L2-resident operands (`L2_GEMM_CONFIGS`, 2048x2048x4096 bf16)             |                  |
-| tensor-core rates | `torch.matmul` (cuBLAS, the practical ceiling) of 8192³ bf16/fp16, tf32 | `tensor_flops` |
-| fp32 rate | `torch.matmul` fp32 4096³ with TF32 off | `fp32_flops` |
-| launch overhead | a one-element Triton kernel through jax-triton, chained in a jitted loop  | `launch_seconds` |
-|                 | (slope; the CUDA-graph launch of an empty kernel is recorded too)        |                  |
-| SM clock | NVML (via torch) sampled while the bf16 GEMMs run | `clock_hz` |
-| per-SM load rate | the read kernel on 1, 2, 4, 8, ... SMs with 128 KB in flight each | `load_bytes_per_clock` (1) |
-| loaded latency | the read kernel on every SM, 8-128 KB in flight each (Little's law) | `memory_latency_seconds` (1) |
-
-(1) model constants (`jtblas.constants.Constants`): always recorded under `measured`, applied
-(written under `constants`) only with `--fit-constants`, because the model's values were chosen
-against exhaustive GEMM timings and these microbenchmarks measure a related, not identical,
-quantity (docs/calibrate.md).
-
-Only torch and Triton on the GPU path, both imported lazily: `import jtblas.calibrate` is cheap.
+What each step measures and which profile field it feeds: the table in `jtblas.calibrate`.
+`Calibration.run` records the raw numbers (`measured`) and hands them to
+`jtblas.calibrate.derive` for the profile. torch, Triton and JAX are imported lazily.
 """
 
 from __future__ import annotations
@@ -40,6 +19,7 @@ from typing import Any, TextIO
 
 from jtblas import hardware as hardware_lib
 from jtblas import profiles
+from jtblas.calibrate import derive
 from jtblas.config import Config
 
 MIB = 1 << 20
@@ -236,7 +216,7 @@ class Calibration:
     def launch(self) -> None:
         torch = self.torch
         _check_triton_compiles()
-        from jtblas._calibrate_kernels import tiny_kernel
+        from jtblas.calibrate.kernels import tiny_kernel
 
         out = torch.empty(1, device="cuda", dtype=torch.float32)
         seconds, method = self._time(lambda i: tiny_kernel[(1,)](out, num_warps=1))
@@ -256,7 +236,7 @@ class Calibration:
         `inflight_bytes` in flight; successive launches read different parts of the buffer
         (rotate) so that nothing is left in L2 from the previous one."""
         _check_triton_compiles()
-        from jtblas._calibrate_kernels import stream_read_kernel
+        from jtblas.calibrate.kernels import stream_read_kernel
 
         buffer, sink = self._read_buffer()
         block = inflight_bytes // FP32
@@ -296,7 +276,7 @@ class Calibration:
         import jax.numpy as jnp
 
         from jtblas import launch as launch_lib
-        from jtblas._calibrate_kernels import increment_kernel
+        from jtblas.calibrate.kernels import increment_kernel
         from jtblas.bench.timing import measure_slope
 
         def one(x):
@@ -441,80 +421,34 @@ class Calibration:
             progress.close()
             self.torch.cuda.synchronize()
         self.measured["seconds"] = time.perf_counter() - started
-        fields, constants = self.derive()
         import triton
 
-        return profiles.make(
-            device=self.device, driver=profiles.driver_version(), base=self.base.name,
-            hardware=fields, constants=constants if self.fit_constants else {},
-            measured={**self.measured, "constants": constants},
+        return derive.profile(
+            self.measured, device=self.device, driver=profiles.driver_version(), base=self.base,
+            sm_count=self.sm_count, described=self.described(), fit_constants=self.fit_constants,
             quick=self.plan.quick, errors=self.errors,
             software=dict(torch=self.torch.__version__, cuda=str(self.torch.version.cuda),
                           triton=triton.__version__),
         )
 
-    def derive(self) -> tuple[dict[str, Any], dict[str, float]]:
-        """The Hardware fields and model constants the measurements give (only those measured)."""
-        m = self.measured
-        fields: dict[str, Any] = {"sm_count": self.sm_count}
-        if not self.known_device:  # no built-in for this GPU: its structure from the driver too
-            props = self.props
-            fields.update(name=profiles._slug(self.device), full_name=self.device,
-                          compute_capability=list(self.capability), wgmma=self.capability[0] == 9)
-            for field, attribute in (("l2_bytes", "L2_cache_size"),
-                                     ("smem_per_sm", "shared_memory_per_multiprocessor"),
-                                     ("smem_per_block", "shared_memory_per_block_optin"),
-                                     ("regs_per_sm", "regs_per_multiprocessor"),
-                                     ("max_threads_per_sm", "max_threads_per_multi_processor")):
-                value = getattr(props, attribute, None)
-                if isinstance(value, int) and value > 0:
-                    fields[field] = value
-
-        def put(field: str, value: Any) -> None:
-            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-                fields[field] = float(value)
-
-        if "dram_copy" in m:
-            put("dram_bytes_per_s", m["dram_copy"]["bytes_per_s"])
-        l2_rates = [m[key]["bytes_per_s"] for key in ("l2_read", "l2_gemm") if key in m]
-        if l2_rates:  # each is a lower bound of what L2 delivers
-            put("l2_bytes_per_s", max(l2_rates))
-        gemm = m.get("gemm", {})
-        rates = {dtype: gemm[key]["flops_per_s"]
-                 for dtype, key in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "tf32"))
-                 if key in gemm}
-        if rates:
-            fields["tensor_flops"] = rates
-        if "fp32" in gemm:
-            put("fp32_flops", gemm["fp32"]["flops_per_s"])
-        launch = measured_launch_seconds(m)
-        if launch is not None:
-            put("launch_seconds", launch)
-        clocks = m.get("sm_clock_hz_samples") or []
-        if clocks and 0.2e9 <= statistics.median(clocks) <= 4e9:
-            put("clock_hz", statistics.median(clocks))
-
-        constants: dict[str, float] = {}
-        clock = fields.get("clock_hz", self.base.clock_hz)
-        per_sm = m.get("per_sm_load_bytes_per_s")
-        if per_sm and math.isfinite(per_sm) and per_sm > 0:
-            constants["load_bytes_per_clock"] = per_sm / clock
-        latency = m.get("loaded_latency_seconds")
-        if latency and math.isfinite(latency) and 50e-9 <= latency <= 20e-6:
-            constants["memory_latency_seconds"] = latency
-        return fields, constants
-
-
-def measured_launch_seconds(measured: dict[str, Any]) -> float | None:
-    """The launch cost (s) the measurements give: jax-triton's inside jax.jit (what jtblas.matmul
-    pays), else the CUDA-graph launch. A slope of chained launches at or below zero (launches
-    inside one of XLA's CUDA graphs cost less than the slope's noise; seen in a --quick run on the
-    H200) measures nothing, so the CUDA-graph launch stands in for it."""
-    for key in ("jax_launch", "launch"):
-        seconds = measured.get(key, {}).get("seconds")
-        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
-            return float(seconds)
-    return None
+    def described(self) -> dict[str, Any]:
+        """The Hardware fields the driver gives for a GPU without a built-in description (its
+        structure: name, compute capability, L2 size, shared memory, registers, threads); none
+        for a known GPU, whose structure is its built-in's."""
+        if self.known_device:
+            return {}
+        props = self.props
+        fields: dict[str, Any] = dict(name=profiles._slug(self.device), full_name=self.device,
+                                      compute_capability=list(self.capability), wgmma=self.capability[0] == 9)
+        for field, attribute in (("l2_bytes", "L2_cache_size"),
+                                 ("smem_per_sm", "shared_memory_per_multiprocessor"),
+                                 ("smem_per_block", "shared_memory_per_block_optin"),
+                                 ("regs_per_sm", "regs_per_multiprocessor"),
+                                 ("max_threads_per_sm", "max_threads_per_multi_processor")):
+            value = getattr(props, attribute, None)
+            if isinstance(value, int) and value > 0:
+                fields[field] = value
+        return fields
 
 
 def _check_triton_compiles() -> None:
@@ -522,42 +456,4 @@ def _check_triton_compiles() -> None:
         raise RuntimeError("TRITON_INTERPRET is set: Triton kernels would run in the CPU interpreter")
 
 
-def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(quantity, measured, built-in, measured ÷ built-in) for the profile's measured numbers."""
-    from jtblas.constants import DEFAULT_CONSTANTS
-
-    base = hardware_lib.BUILTIN[profile["base"]]
-    fields = profile["hardware"]
-    constants = profile.get("measured", {}).get("constants", {})
-    rows = []
-
-    def row(label: str, value: float | None, reference: float, unit: float, fmt: str = "{:.2f}") -> None:
-        if value is None:
-            rows.append((label, "-", fmt.format(reference / unit), "-"))
-        else:
-            rows.append((label, fmt.format(value / unit), fmt.format(reference / unit), f"{value / reference:.2f}"))
-
-    row("DRAM bandwidth, copy (TB/s)", fields.get("dram_bytes_per_s"), base.dram_bytes_per_s, 1e12)
-    row("L2 bandwidth, read (TB/s)", fields.get("l2_bytes_per_s"), base.l2_bytes_per_s, 1e12)
-    rates = fields.get("tensor_flops", {})
-    for dtype, label in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "tf32")):
-        row(f"{label} tensor cores (TFLOP/s)", rates.get(dtype), base.tensor_flops[dtype], 1e12, "{:.0f}")
-    row("fp32, no tensor cores (TFLOP/s)", fields.get("fp32_flops"), base.fp32_flops, 1e12, "{:.1f}")
-    row("launch overhead (µs)", fields.get("launch_seconds"), base.launch_seconds, 1e-6)
-    row("SM clock under load (GHz)", fields.get("clock_hz"), base.clock_hz, 1e9, "{:.3f}")
-    row("load bytes/clock per SM (model constant)", constants.get("load_bytes_per_clock"),
-        DEFAULT_CONSTANTS.load_bytes_per_clock, 1.0, "{:.1f}")
-    row("loaded memory latency, µs (model constant)", constants.get("memory_latency_seconds"),
-        DEFAULT_CONSTANTS.memory_latency_seconds, 1e-6)
-    return rows
-
-
-def format_table(rows: list[tuple[str, str, str, str]]) -> str:
-    header = ("quantity", "measured", "built-in", "ratio")
-    table = [header, *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
-    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-                     for r in table)
-
-
-__all__ = ["Calibration", "MeasurementPlan", "NO_GPU", "comparison_rows", "find_gpu", "format_table"]
+__all__ = ["Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "find_gpu"]

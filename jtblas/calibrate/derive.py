@@ -1,0 +1,97 @@
+"""Derivation for `jtblas calibrate`: from the numbers a run measured to the profile's fields.
+
+Pure Python (no torch, Triton or JAX), so it runs on any machine with recorded numbers: `measured`
+is the dict `jtblas.calibrate.measure.Calibration` fills (and the profile keeps under
+`measured`). A number that is missing, non-finite or not positive leaves its field out, so the
+field keeps the built-in value.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from jtblas import profiles
+from jtblas.gpus import Hardware
+
+
+def profile(measured: Mapping[str, Any], *, device: str, driver: str, base: Hardware, sm_count: int,
+            described: Mapping[str, Any], fit_constants: bool, quick: bool, errors: Mapping[str, str],
+            software: Mapping[str, str], date: str | None = None) -> dict[str, Any]:
+    """The profile (validated, `jtblas.profiles.make`) of one run: the Hardware fields measured,
+    over the built-in `base`; the model constants measured, applied only with `fit_constants` and
+    always recorded under `measured.constants`."""
+    fields, constants = derive(measured, sm_count=sm_count, base=base, described=described)
+    return profiles.make(
+        device=device, driver=driver, base=base.name, hardware=fields,
+        constants=constants if fit_constants else {},
+        measured={**measured, "constants": constants}, date=date,
+        quick=quick, errors=dict(errors), software=dict(software),
+    )
+
+
+def derive(measured: Mapping[str, Any], *, sm_count: int, base: Hardware,
+           described: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    """The Hardware fields and model constants the measurements give (only those measured).
+
+    Args:
+      measured: the run's raw numbers (`Calibration.measured`).
+      sm_count: the GPU's SM count (always a field).
+      base: the built-in description the profile overrides; its clock converts the per-SM load
+        rate to bytes per clock when the clock was not measured.
+      described: the fields the driver gives for a GPU without a built-in description
+        (`Calibration.described`), kept as they are.
+    """
+    m = measured
+    fields: dict[str, Any] = {"sm_count": sm_count, **(described or {})}
+
+    def put(field: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            fields[field] = float(value)
+
+    if "dram_copy" in m:
+        put("dram_bytes_per_s", m["dram_copy"]["bytes_per_s"])
+    l2_rates = [m[key]["bytes_per_s"] for key in ("l2_read", "l2_gemm") if key in m]
+    if l2_rates:  # each is a lower bound of what L2 delivers
+        put("l2_bytes_per_s", max(l2_rates))
+    gemm = m.get("gemm", {})
+    rates = {dtype: gemm[key]["flops_per_s"]
+             for dtype, key in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "tf32"))
+             if key in gemm}
+    if rates:
+        fields["tensor_flops"] = rates
+    if "fp32" in gemm:
+        put("fp32_flops", gemm["fp32"]["flops_per_s"])
+    launch = measured_launch_seconds(m)
+    if launch is not None:
+        put("launch_seconds", launch)
+    clocks = m.get("sm_clock_hz_samples") or []
+    if clocks and 0.2e9 <= statistics.median(clocks) <= 4e9:
+        put("clock_hz", statistics.median(clocks))
+
+    constants: dict[str, float] = {}
+    clock = fields.get("clock_hz", base.clock_hz)
+    per_sm = m.get("per_sm_load_bytes_per_s")
+    if per_sm and math.isfinite(per_sm) and per_sm > 0:
+        constants["load_bytes_per_clock"] = per_sm / clock
+    latency = m.get("loaded_latency_seconds")
+    if latency and math.isfinite(latency) and 50e-9 <= latency <= 20e-6:
+        constants["memory_latency_seconds"] = latency
+    return fields, constants
+
+
+def measured_launch_seconds(measured: Mapping[str, Any]) -> float | None:
+    """The launch cost (s) the measurements give: jax-triton's inside jax.jit (what jtblas.matmul
+    pays), else the CUDA-graph launch. A slope of chained launches at or below zero (launches
+    inside one of XLA's CUDA graphs cost less than the slope's noise; seen in a --quick run on the
+    H200) measures nothing, so the CUDA-graph launch stands in for it."""
+    for key in ("jax_launch", "launch"):
+        seconds = measured.get(key, {}).get("seconds")
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+            return float(seconds)
+    return None
+
+
+__all__ = ["derive", "measured_launch_seconds", "profile"]

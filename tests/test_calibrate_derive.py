@@ -1,0 +1,98 @@
+"""`jtblas calibrate`'s derivation (`jtblas.calibrate.derive`) on any machine: from the numbers a
+run records to the profile's fields and model constants, the profile validated and loaded. That it
+imports no device library: tests/test_structure.py."""
+
+import math
+
+import pytest
+
+from jtblas import gpus, profiles
+from jtblas.calibrate import derive
+from jtblas.calibrate.derive import measured_launch_seconds
+
+# The numbers `Calibration.measured` holds after a run, with the keys the derivation reads (a run
+# records more: methods, sizes, the per-grid rows). Values: the H200 profile of docs/calibrate.md,
+# an L2 read below the GEMM-based L2 rate (7.4-8.0 against 11.2-12.6 TB/s measured there), and a
+# per-SM load rate of 61 bytes per clock at 1.755 GHz.
+H200_RUN = {
+    "dram_copy": {"bytes_per_s": 4.31e12},
+    "gemm": {"bfloat16": {"flops_per_s": 7.8e14}, "float16": {"flops_per_s": 7.8e14},
+             "tf32": {"flops_per_s": 3.9e14}, "fp32": {"flops_per_s": 5.1e13}},
+    "launch": {"seconds": 0.22e-6},
+    "jax_launch": {"seconds": 2.1e-6},
+    "l2_read": {"bytes_per_s": 7.8e12},
+    "l2_gemm": {"bytes_per_s": 1.1e13},
+    "sm_clock_hz_samples": [1.74e9, 1.755e9, 1.755e9],
+    "per_sm_load_bytes_per_s": 61.0 * 1.755e9,
+    "loaded_latency_seconds": 1.2e-6,
+    "seconds": 18.2,
+}
+
+
+def _profile(measured, *, fit_constants=False, base=gpus.H200, sm_count=132, described=None):
+    return derive.profile(measured, device="NVIDIA H200", driver="570.124.06", base=base, sm_count=sm_count,
+                          described=described or {}, fit_constants=fit_constants, quick=True, errors={},
+                          software={"torch": "2.11.0"}, date="2026-12-01T00:00:00+00:00")
+
+
+def test_fields_and_constants_of_a_run():
+    fields, constants = derive.derive(H200_RUN, sm_count=132, base=gpus.H200)
+    assert fields == {
+        "sm_count": 132,
+        "dram_bytes_per_s": 4.31e12,
+        "l2_bytes_per_s": 1.1e13,  # the larger of the two lower bounds
+        "tensor_flops": {"bfloat16": 7.8e14, "float16": 7.8e14, "float32": 3.9e14},  # float32 = tf32
+        "fp32_flops": 5.1e13,
+        "launch_seconds": 2.1e-6,  # through jax.jit, not the CUDA-graph launch
+        "clock_hz": 1.755e9,  # the median sample
+    }
+    assert constants == {"load_bytes_per_clock": pytest.approx(61.0), "memory_latency_seconds": 1.2e-6}
+
+
+def test_implausible_or_missing_numbers_leave_their_fields_out():
+    run = dict(H200_RUN, dram_copy={"bytes_per_s": math.nan}, sm_clock_hz_samples=[5e9],
+               loaded_latency_seconds=30e-6, jax_launch={"seconds": -0.2e-6})
+    del run["l2_gemm"], run["gemm"]
+    fields, constants = derive.derive(run, sm_count=132, base=gpus.H200)
+    assert fields == {"sm_count": 132, "l2_bytes_per_s": 7.8e12, "launch_seconds": 0.22e-6}
+    # No clock measured: the per-SM load rate is converted at the built-in clock.
+    assert constants == {"load_bytes_per_clock": pytest.approx(61.0 * 1.755e9 / gpus.H200.clock_hz)}
+    assert derive.derive({}, sm_count=132, base=gpus.H200) == ({"sm_count": 132}, {})
+
+
+def test_profile_records_the_constants_and_applies_them_only_when_fitted():
+    recorded = _profile(H200_RUN)
+    assert recorded["constants"] == {} and recorded["base"] == "h200"
+    assert recorded["measured"]["constants"]["memory_latency_seconds"] == 1.2e-6
+    assert recorded["measured"]["seconds"] == 18.2 and "constants" not in H200_RUN
+    hw = profiles.to_hardware(recorded, origin="recorded")
+    assert hw.dram_bytes_per_s == 4.31e12 and hw.launch_seconds == 2.1e-6 and hw.l2_bytes == gpus.H200.l2_bytes
+    assert hw.tensor_flops["float8"] == gpus.H200.tensor_flops["float8"]  # not measured: the built-in's
+    assert hw.model_constants() == gpus.H200.model_constants()
+    fitted = profiles.to_hardware(_profile(H200_RUN, fit_constants=True), origin="fitted")
+    assert fitted.model_constants().load_bytes_per_clock == pytest.approx(61.0)
+    assert fitted.model_constants().memory_latency_seconds == 1.2e-6
+
+
+def test_a_gpu_without_a_built_in_keeps_what_the_driver_described():
+    described = {"name": "nvidia-l4", "full_name": "NVIDIA L4", "compute_capability": [8, 9], "wgmma": False,
+                 "l2_bytes": 48 * 2**20, "smem_per_sm": 100 * 2**10, "smem_per_block": 99 * 2**10}
+    fields, _ = derive.derive({"dram_copy": {"bytes_per_s": 0.25e12}}, sm_count=58, base=gpus.A100,
+                              described=described)
+    assert list(fields) == ["sm_count", *described, "dram_bytes_per_s"]
+    hw = profiles.to_hardware(_profile({"dram_copy": {"bytes_per_s": 0.25e12}}, base=gpus.A100, sm_count=58,
+                                       described=described), origin="l4")
+    assert (hw.name, hw.sm_count, hw.compute_capability, hw.l2_bytes) == ("nvidia-l4", 58, (8, 9), 48 * 2**20)
+
+
+@pytest.mark.parametrize("measured,expected", [
+    ({"jax_launch": {"seconds": 1.1e-6}, "launch": {"seconds": 0.8e-6}}, 1.1e-6),
+    ({"jax_launch": {"seconds": -0.2e-6}, "launch": {"seconds": 0.8e-6}}, 0.8e-6),
+    ({"jax_launch": {"seconds": 0.0}}, None),
+    ({"launch": {"seconds": float("nan")}}, None),
+    ({}, None),
+])
+def test_launch_seconds_falls_back_when_the_jit_slope_measures_nothing(measured, expected):
+    """The profile's launch_seconds is jax-triton's launch under jax.jit when its slope is
+    positive, else the CUDA-graph launch, else absent (never a zero or negative cost)."""
+    assert measured_launch_seconds(measured) == expected

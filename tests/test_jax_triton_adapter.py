@@ -1,0 +1,129 @@
+"""The CUDA backend's adapter to jax-triton (`jtblas.jax_triton_adapter`), on any machine: what it
+wraps in jax-triton 0.3.1 (jaxlib's kernel library, the kernel compiler, the FFI lowering) against
+fakes, and what it keeps of Triton's on-disk cache. Real CUDA lowerings: tests/test_cuda_lowering.py."""
+
+import os
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+from jtblas import jax_triton_adapter
+from jtblas.kernels.matmul_tma import matmul_tma_kernel
+from tests.reference import require_jax_triton, use_jax_triton_031
+
+
+def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
+    """jax-triton 0.3.1 blanks TRITON_CACHE_DIR at import; the adapter restores it."""
+    require_jax_triton()
+    monkeypatch.delitem(sys.modules, "jax_triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/jtblas-test-cache")
+    jax_triton_adapter._jax_triton.cache_clear()
+    jax_triton_adapter._jax_triton()
+    assert os.environ["TRITON_CACHE_DIR"] == "/tmp/jtblas-test-cache"
+
+
+def test_blank_triton_cache_dir_is_dropped(monkeypatch):
+    """A jax-triton import leaves TRITON_CACHE_DIR="" to child processes; `jtblas calibrate` and
+    `jtblas bench` drop it before launching Triton kernels (on the H200 every microbenchmark of
+    the calibration test failed with "Could not create or locate cache dir" without this)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", "")
+    jax_triton_adapter.drop_blank_triton_cache_dir()
+    assert "TRITON_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/somewhere")
+    jax_triton_adapter.drop_blank_triton_cache_dir()
+    assert os.environ["TRITON_CACHE_DIR"] == "/tmp/somewhere"
+
+
+def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch):
+    calls = []
+
+    class FakeLibrary:
+        marker = "kept"
+
+        def TritonKernel(self, *args, **kwargs):  # noqa: N802
+            calls.append((args, kwargs))
+            return "kernel"
+
+    use_jax_triton_031(monkeypatch)
+    monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)
+    monkeypatch.setattr(jax_triton_adapter, "_GLOBAL_SCRATCH", {})
+    wrapped = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
+    assert wrapped.marker == "kept"
+    wrapped.TritonKernel("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90)
+    jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
+    wrapped.TritonKernel("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90)
+    assert calls[0] == (("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90), {})
+    assert calls[1] == (("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90),
+                        dict(global_scratch_size=384, global_scratch_align=128))
+
+
+def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypatch):
+    """On the typed-FFI call the TMA kernel's scratch is its last output (`jax_triton_adapter._scratch_output`):
+    the kernel is compiled without that argument, and the call checks the buffer's alignment."""
+    seen = []
+
+    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **options):
+        seen.append(list(arg_dtypes))
+        return object(), {(0,): [["tt.divisibility", 16]]}
+
+    monkeypatch.setattr(jax_triton_adapter, "_SCRATCH_OUTPUT_ALIGN", {})
+    monkeypatch.setattr(jax_triton_adapter, "_SCRATCH_OUTPUT_KERNELS", {})
+    wrapped = jax_triton_adapter._jtblas_kernels(get_or_create)
+    runtime = len(matmul_tma_kernel.arg_names) - len(matmul_tma_kernel.constexprs)
+    options = dict(num_warps=4, num_stages=3, num_ctas=1, compute_capability=90, enable_fp_fusion=True,
+                   metaparams={}, dump=False)
+    dtypes = ["*bf16"] * (runtime + 1)
+    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
+    assert seen[-1] == dtypes and (runtime,) not in attrs  # not registered: as jax-triton has it
+    spec = jax_triton_adapter._scratch_output(matmul_tma_kernel, (132, 2), (384, 128))
+    assert spec.shape == (132 * 2 * 384,) and spec.dtype == jnp.uint8
+    kernel, attrs = wrapped(None, "cuda", matmul_tma_kernel, dtypes, [], **options)
+    assert seen[-1] == dtypes[:-1] and attrs[(runtime,)] == [] and attrs[(0,)] == [["tt.divisibility", 16]]
+    assert jax_triton_adapter._SCRATCH_OUTPUT_KERNELS == {id(kernel): 128}
+
+    class FakeLibrary:
+        def create_array_parameter(self, bytes_to_zero, divisibility):
+            return ("array", bytes_to_zero, divisibility)
+
+        def TritonKernelCall(self, *args):  # noqa: N802
+            return args
+
+    library = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
+    params = [("array", 0, 16), ("scalar", 7), ("array", 0, 16)]
+    assert library.TritonKernelCall(kernel, 264, 1, 1, params) == (
+        kernel, 264, 1, 1, [("array", 0, 16), ("scalar", 7), ("array", 0, 128)])
+    other = object()
+    assert library.TritonKernelCall(other, 8, 1, 1, params) == (other, 8, 1, 1, params)
+
+
+def test_ffi_lowering_gives_the_ffi_target_its_calling_convention():
+    made = []
+
+    class FakeFfi:
+        other = "kept"
+
+        def ffi_lowering(self, target, **kwargs):
+            made.append((target, kwargs))
+
+            def rule(ctx, *operands, **attributes):
+                return (ctx, operands, attributes)
+
+            return rule
+
+    ffi = jax_triton_adapter._TritonFfiLowering(FakeFfi())
+    assert ffi.other == "kept"
+    rule = ffi.ffi_lowering("triton_kernel_call_ffi", api_version=2, backend_config=b"\x78\x9c",
+                            operand_output_aliases={})
+    assert made[-1] == ("triton_kernel_call_ffi", dict(api_version=4, operand_output_aliases={}))
+    assert rule("ctx", "a", "b") == ("ctx", ("a", "b"), dict(opaque=b"\x78\x9c"))
+    for target, version in [("triton_kernel_call", 2), ("some_target", 4)]:  # passed through as they are
+        ffi.ffi_lowering(target, api_version=version, backend_config=b"\x00")
+        assert made[-1] == (target, dict(api_version=version, backend_config=b"\x00"))
+    ffi = "triton_kernel_call_ffi" if jax_triton_adapter._ffi_target_registered() else "triton_kernel_call"
+    assert jax_triton_adapter._call_target(None) == ffi
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: True)
+        assert jax_triton_adapter._call_target((384, 128)) == ffi
+        patch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: False)
+        assert jax_triton_adapter._call_target((384, 128)) == "triton_kernel_call"
