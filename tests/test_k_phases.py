@@ -206,8 +206,9 @@ def test_model_prices_narrow_loads_unpipelined():
     assert cost.loads_in_flight(plain, odd, H200) == 1
     narrow = cost.estimate(plain, odd, H200)
     loads_per_thread = 64 * 128 // 64
+    constants = H200.model_constants()
     assert narrow.step_latency == pytest.approx(
-        H200.model_constants().memory_latency_seconds * loads_per_thread / H200.model_constants().narrow_loads_in_flight)
+        constants.memory_latency_seconds * loads_per_thread / constants.narrow_loads_in_flight)
     phased = dataclasses.replace(plain, k_phases=8)
     assert cost.vector_bytes(odd, phased, "b") == 16
     # In NN a phase's K indices of A are 8 apart: the phases run on A's phase-major copy instead,

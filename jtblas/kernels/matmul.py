@@ -227,7 +227,8 @@ def matmul_kernel(
     2 phases of an odd bf16 row stride load 4 bytes at a time). PHASE_MAJOR_A: A is a K-contiguous
     [M, K_PHASES · columns] copy holding phase p's K indices p, p + K_PHASES, ... contiguously at
     column p · columns, zero-padded to whole K blocks (`jtblas.ops`), so a phase loads it 16
-    bytes at a time rather than one element (columns = stride_am / K_PHASES). TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
+    bytes at a time rather than one element (columns = stride_am / K_PHASES).
+    TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
     where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the
     previous row's, or for the first row, none: its shift is 0) and after it, inside the 16-byte
     block that holds the row's last element; so they never leave the pages the operand is in,

@@ -580,7 +580,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # The phase-major copy of a K-contiguous A (`resources.phase_major_a`): read A, write the copy.
     phase_copy = np.zeros(len(c))
     if phased.any() and not problem.transpose_a:
-        columns = -(-(-(-problem.k // c.k_phases)) // bk) * bk
+        phase_rows = -(-problem.k // c.k_phases)
+        columns = -(-phase_rows // bk) * bk
         moved = (problem.m * problem.k + problem.m * c.k_phases * columns) * element * problem.batch
         phase_copy = np.where(phased, moved / hardware.dram_bytes_per_s + hardware.launch_seconds, 0.0)
     predicted = launch + np.maximum(sm, memory) + reduction + phase_copy

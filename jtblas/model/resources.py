@@ -166,7 +166,8 @@ def phase_columns(problem: Problem, k_phases: int, block_k: int) -> int:
     """Columns of one phase's block in the phase-major copy of A: ⌈K / k_phases⌉ rounded up to
     whole K blocks (zeros past K), so the kernel loads it without a K mask, and every block starts
     on a 16-byte boundary (block_k ≥ 16)."""
-    return -(-(-(-problem.k // k_phases)) // block_k) * block_k
+    phase_rows = -(-problem.k // k_phases)
+    return -(-phase_rows // block_k) * block_k
 
 
 def _alignment(stride_bytes: int) -> int:
