@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jtblas import timing
 from jtblas.bench import (
-    cli, contenders, jax_loop, jax_report, oracle, report, shapes, through_jax, timing, torch_runner,
+    cli, contenders, jax_loop, jax_report, oracle, report, shapes, through_jax, torch_runner,
 )
 from jtblas.config import Config, Problem
 

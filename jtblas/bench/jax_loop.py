@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 
-from jtblas.bench.timing import measure_slope
+from jtblas.timing import measure_slope
 
 # Operand sets rotate so that the bytes touched per cycle exceed the L2 this many times over.
 L2_ROTATION_FACTOR = 2.5
