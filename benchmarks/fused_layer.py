@@ -1,0 +1,124 @@
+"""The fused layer against XLA's fused dot + bias + activation (+ residual), through JAX.
+
+    python benchmarks/fused_layer.py [--out FILE] [--max-products N]
+
+The forward products of the corpus's layers that carry an epilogue (`jtblas/bench/shapes/models.csv`,
+regimes prefill, train and inference): the MLP's up projection, y = act(x·W + b) with each
+family's activation (GPT-2: tanh GELU; BERT and ViT: exact GELU; T5: ReLU), the attention's qkv
+projection, y = x·W + b, and its output projection with the residual, y = x·W + b + x (K = N
+there, so the residual is the product's own input). Three contenders in the same jitted slope loop
+(`jtblas.bench.jax_loop`, B changing every iteration), each product's rounds in turn:
+
+  xla      the epilogue in jnp around `lax.dot_general`: what XLA fuses into its GEMM
+  fused    `jtblas.matmul(x, w, bias=b, activation=..., residual=...)`: one launch
+  unfused  `jtblas.matmul(x, w)` then the same jnp epilogue (what `jtblas.nn.Dense` ran before)
+
+Prints one line per product and writes the records (times in seconds) as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+import jtblas
+from jtblas import hardware
+from jtblas.bench import shapes, through_jax
+
+# Each family's MLP activation, as jtblas names it (`jtblas.ACTIVATIONS`) and as jnp computes it.
+FAMILY_ACTIVATIONS = {"gpt2": "gelu_tanh", "bert": "gelu", "vit": "gelu", "t5": "relu"}
+JNP_ACTIVATIONS = {
+    "gelu_tanh": lambda y: jax.nn.gelu(y, approximate=True),
+    "gelu": lambda y: jax.nn.gelu(y, approximate=False),
+    "relu": jax.nn.relu,
+}
+REGIMES = ("prefill", "train", "inference")
+
+
+def layer_products(max_products: int | None = None) -> list[tuple[shapes.Shape, str, str | None]]:
+    """(shape, layer, activation) of every distinct epilogue-carrying forward product (a product
+    several families share, with the same epilogue, once)."""
+    found, seen = [], set()
+    for shape in shapes.load_set("models"):
+        parts = shape.name.split(".")
+        family = next((f for f in FAMILY_ACTIVATIONS if shape.family.startswith(f)), None)
+        if family is None or shape.regime not in REGIMES or parts[2] != "fwd" or parts[1] not in ("up", "qkv", "o"):
+            continue
+        if parts[1] == "o" and shape.k != shape.n:
+            continue
+        activation = FAMILY_ACTIVATIONS[family] if parts[1] == "up" else None
+        key = (shape.key(), parts[1], activation)
+        if key in seen:
+            continue
+        seen.add(key)
+        found.append((shape, parts[1], activation))
+    return found[:max_products]
+
+
+def contenders(shape: shapes.Shape, layer: str, activation: str | None) -> dict:
+    bias = jax.random.normal(jax.random.key(7), (shape.n,), jnp.dtype(shape.dtype))
+    residual = layer == "o"
+
+    def epilogue(y, x):
+        y = y + bias
+        if activation:
+            y = JNP_ACTIVATIONS[activation](y)
+        return y + x if residual else y
+
+    def xla(a, b):
+        y = jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return epilogue(y, a).astype(a.dtype)
+
+    def fused(a, b):
+        return jtblas.matmul(a, b, bias=bias, activation=activation, residual=a if residual else None)
+
+    def unfused(a, b):
+        return epilogue(jtblas.matmul(a, b).astype(jnp.float32), a).astype(a.dtype)
+
+    return dict(xla=xla, jtblas=fused, unfused=unfused)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="fused_layer.json")
+    parser.add_argument("--max-products", type=int, default=None)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds: start no product after this")
+    args = parser.parse_args()
+    hw = hardware.detect()
+    records = []
+    start = time.perf_counter()
+    for shape, layer, activation in layer_products(args.max_products):
+        if args.time_budget is not None and time.perf_counter() - start > args.time_budget:
+            print(f"time budget spent: {len(records)} products timed")
+            break
+        record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, trials=args.trials,
+                                          dots=contenders(shape, layer, activation))
+        record.update(layer=layer, activation=activation)
+        records.append(record)
+        seconds = {name: c.get("seconds") for name, c in record["contenders"].items()}
+        errors = {name: c["error"] for name, c in record["contenders"].items() if "error" in c}
+        line = f"{shape.m}x{shape.n}x{shape.k} {layer:3s} {activation or '-':9s}"
+        if all(seconds.values()):
+            line += (f" xla {seconds['xla'] * 1e6:8.1f} us  fused {seconds['jtblas'] * 1e6:8.1f}"
+                     f" ({seconds['xla'] / seconds['jtblas']:.2f}x)  unfused {seconds['unfused'] * 1e6:8.1f}"
+                     f" ({seconds['xla'] / seconds['unfused']:.2f}x)")
+        print(line, errors or "", flush=True)
+    speedups = [r["contenders"]["xla"]["seconds"] / r["contenders"]["jtblas"]["seconds"] for r in records
+                if all(c.get("seconds") for c in r["contenders"].values())]
+    if speedups:
+        geomean = math.exp(statistics.fmean(map(math.log, speedups)))
+        print(f"fused layer / XLA's fused dot: geomean {geomean:.2f} over {len(speedups)} products "
+              f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
+    with open(args.out, "w") as f:
+        json.dump(dict(meta=through_jax.meta(3, args.trials), products=records), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
