@@ -13,6 +13,12 @@ import re
 OPERAND_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Output dtypes the kernel can store (the fp32 accumulator is cast to one of these).
 OUTPUT_DTYPE_BYTES = dict(OPERAND_DTYPE_BYTES)
+# Dtypes of the epilogue's bias and residual (read, converted to fp32, added to the accumulator).
+EPILOGUE_DTYPE_BYTES = dict(OPERAND_DTYPE_BYTES)
+# The activations the kernel's epilogue applies to the fp32 accumulator (after the bias, before
+# the residual): max(x, 0); GELU's tanh approximation and its exact erf form
+# (`jax.nn.gelu(approximate=True / False)`); x · sigmoid(x).
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu", "silu")
 
 VALID_NUM_WARPS = (1, 2, 4, 8, 16)
 # tl.dot needs every block dimension to be at least 16 (an mma instruction's K and N).
@@ -144,6 +150,11 @@ class Problem:
         dense. Only a repacked problem (`jtblas.model.repack`) has padded rows.
       batch: independent products of these sizes run by one launch (its grid's batch axis), each
         with its own A, B and C (`vmap`, batched `dot_general`); 1 (the default) is one product.
+      bias_dtype: the dtype of a bias [N] added to every row of the fp32 product ("": none).
+      activation: one of `ACTIVATIONS` applied after the bias ("": none).
+      residual_dtype: the dtype of a residual [M, N] added last, before the cast to `out_dtype`
+        ("": none). The bias, activation and residual are the kernel's epilogue: applied to the
+        fp32 accumulator in the same launch (in the split-K reduction where K is split).
     """
 
     m: int
@@ -157,6 +168,9 @@ class Problem:
     lda: int = 0
     ldb: int = 0
     batch: int = 1
+    bias_dtype: str = ""
+    activation: str = ""
+    residual_dtype: str = ""
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch"):
@@ -173,6 +187,13 @@ class Problem:
             raise ValueError(
                 f"Problem.input_precision must be one of {INPUT_PRECISIONS}, got {self.input_precision!r}"
             )
+        for name in ("bias_dtype", "residual_dtype"):
+            value = getattr(self, name)
+            if value and value not in EPILOGUE_DTYPE_BYTES:
+                raise ValueError(
+                    f"Problem.{name} must be '' (none) or one of {sorted(EPILOGUE_DTYPE_BYTES)}, got {value!r}")
+        if self.activation and self.activation not in ACTIVATIONS:
+            raise ValueError(f"Problem.activation must be '' (none) or one of {ACTIVATIONS}, got {self.activation!r}")
         for name, dense in (("lda", self.m if self.transpose_a else self.k),
                             ("ldb", self.k if self.transpose_b else self.n)):
             value = getattr(self, name)
@@ -205,6 +226,27 @@ class Problem:
         return OUTPUT_DTYPE_BYTES[self.out_dtype]
 
     @property
+    def bias_bytes(self) -> int:
+        """Bytes per bias element (0 without a bias)."""
+        return EPILOGUE_DTYPE_BYTES[self.bias_dtype] if self.bias_dtype else 0
+
+    @property
+    def residual_bytes(self) -> int:
+        """Bytes per residual element (0 without a residual)."""
+        return EPILOGUE_DTYPE_BYTES[self.residual_dtype] if self.residual_dtype else 0
+
+    @property
+    def has_epilogue(self) -> bool:
+        """Whether the product has a bias, an activation or a residual."""
+        return bool(self.bias_dtype or self.activation or self.residual_dtype)
+
+    def epilogue_short(self) -> str:
+        """The epilogue in words, e.g. ` +bias(bfloat16) gelu +residual(float32)` ('' without one)."""
+        parts = [f"+bias({self.bias_dtype})" if self.bias_dtype else "", self.activation,
+                 f"+residual({self.residual_dtype})" if self.residual_dtype else ""]
+        return "".join(f" {part}" for part in parts if part)
+
+    @property
     def flops(self) -> int:
         """Floating-point operations of the products: 2·batch·M·N·K."""
         return 2 * self.batch * self.m * self.n * self.k
@@ -214,4 +256,4 @@ class Problem:
         a batch of 4096 products)."""
         padded = "".join(f" {name}={value}" for name, value in (("lda", self.lda), ("ldb", self.ldb)) if value)
         batch = f"{self.batch} x " if self.batch > 1 else ""
-        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}"
+        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}{self.epilogue_short()}"

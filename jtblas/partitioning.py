@@ -73,6 +73,14 @@ def partitioned_launch(local: Callable[..., jax.Array], a: jax.Array, b: jax.Arr
     return _partitioned(local, layout)(a, b, static)
 
 
+def applies(a: jax.Array, b: jax.Array) -> bool:
+    """Whether `partitioned_launch` partitions this launch (under `jit`, several devices, outside
+    `shard_map`, no empty operand): where it does, `jtblas.ops` applies a product's epilogue
+    (bias, activation, residual) after it with XLA, so that a K-sharded product gets it after the
+    cross-device sum."""
+    return _applies(a, b)
+
+
 def _applies(a: jax.Array, b: jax.Array) -> bool:
     if not any(isinstance(x, jax.core.Tracer) for x in (a, b)):
         return False

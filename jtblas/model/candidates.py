@@ -526,7 +526,13 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md).
     if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
         parts.append(in_range(_static_plain(hardware, element, out_bytes, low_s, fma, True)))
-    return parts[0] if len(parts) == 1 else _concatenate(parts)
+    found = parts[0] if len(parts) == 1 else _concatenate(parts)
+    if problem.residual_dtype:  # the fused epilogue's registers (`resources.fit_errors`)
+        accumulators = found.block_m * found.block_n // (32 * found.num_warps)
+        registers = accumulators + -(-accumulators * problem.residual_bytes // 4) + resources.EPILOGUE_ADDRESS_REGISTERS
+        fused = (found.split_k == 1) & (found.k_phases == 1)
+        found = found.take(~fused | (registers <= hardware.max_regs_per_thread))
+    return found
 
 
 def _split_arrays(plain: Candidates, problem: Problem, hardware: Hardware, low_s: int) -> Candidates:

@@ -54,6 +54,12 @@ Loads narrower than 4 bytes (a misaligned operand without phases) are not pipeli
 holds its K step's loads in registers, `narrow_loads_in_flight` at a time, so a K step waits
 (loads per thread / narrow_loads_in_flight) memory latencies.
 
+An epilogue (`Problem.bias_dtype`, `activation`, `residual_dtype`) adds to the launch that writes
+C: without a split, to each tile's epilogue its residual tile's and bias's bytes through the load
+port and its activation's fp32 work (ACTIVATION_FLOPS), and to the memory terms the bytes the
+epilogue reads (N·bias bytes + M·N·residual bytes, per batch entry; the bias once per tile in
+L2); with a split, the same bytes and work to the reduction kernel, which applies it.
+
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
 
@@ -81,6 +87,12 @@ from jtblas.model import candidates, resources
 
 # Split-K partials are fp32.
 PARTIAL_BYTES = 4
+# fp32 FLOPs per output element of each epilogue activation (`jtblas.kernels.matmul.activated`),
+# counting an FMA-pipe instruction as 2 and a multi-function-unit one (ex2, rcp: a quarter of the
+# FMA rate per SM) as 8: relu 1 max; silu an exp, an add, a reciprocal, 2 multiplies; gelu_tanh
+# the cubic (4) and silu's sigmoid; gelu libdevice's erf (~12 FMAs and an exp) and 3 more.
+# Estimates from the instruction mix, not measured.
+ACTIVATION_FLOPS = {"": 0, "relu": 2, "silu": 22, "gelu_tanh": 30, "gelu": 38}
 MIN_ASYNC_COPY_BYTES = resources.MIN_ASYNC_COPY_BYTES
 
 
@@ -364,6 +376,15 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
     programs = -(-elements // block)
     busiest_sm_bytes = -(-programs // hardware.sm_count) * block * bytes_per_element
     load_port = constants.load_bytes_per_clock * hardware.clock_hz
+    if problem.has_epilogue:
+        # Its epilogue: the residual read beside the partials (and the bias, each element's
+        # column), the activation on the busiest SM's fp32 units.
+        epilogue_bytes = problem.residual_bytes + problem.bias_bytes
+        moved += elements * problem.residual_bytes + problem.n * problem.bias_bytes * problem.batch
+        busiest_sm_bytes += -(-programs // hardware.sm_count) * block * epilogue_bytes
+        activation = (-(-programs // hardware.sm_count) * block * ACTIVATION_FLOPS[problem.activation]
+                      * hardware.sm_count / hardware.fp32_flops)
+        busiest_sm_bytes = max(busiest_sm_bytes, activation * load_port)
     streaming = max(moved / hardware.dram_bytes_per_s, busiest_sm_bytes / load_port)
     return hardware.launch_seconds + constants.memory_latency_seconds + streaming
 
@@ -532,6 +553,11 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     c_tile = bm * bn * stored_bytes
     store_width = np.where(shift_b, stored_bytes, full)
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
+    if problem.has_epilogue:
+        fused = split == 1  # else the reduction kernel applies it (`reduction_seconds`)
+        epilogue_reads = (bm * bn * problem.residual_bytes + bn * problem.bias_bytes) / load_port
+        activation = bm * bn * ACTIVATION_FLOPS[problem.activation] * sms / hardware.fp32_flops
+        epilogue = epilogue + np.where(fused, epilogue_reads + activation, 0.0)
     tile_throughput = k_steps * step + epilogue
     loop_latency = np.maximum(k_steps * step_chain, (k_steps - 1) * step_latency)
     tile_latency = fill + loop_latency + epilogue
@@ -561,6 +587,10 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     dram_bytes = operand_dram + c_bytes
     operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
     l2_bytes = operand_l2 + c_bytes
+    if problem.has_epilogue:
+        residual_bytes = problem.m * problem.n * problem.residual_bytes * problem.batch
+        dram_bytes = dram_bytes + np.where(fused, residual_bytes + problem.n * problem.bias_bytes * problem.batch, 0.0)
+        l2_bytes = l2_bytes + np.where(fused, residual_bytes + tiles * bn * problem.bias_bytes, 0.0)
     l2_hit_rate = np.maximum(0.0, 1.0 - operand_dram / operand_l2)
     dram = dram_bytes / hardware.dram_bytes_per_s
     l2 = l2_bytes / hardware.l2_bytes_per_s

@@ -156,11 +156,13 @@ def copy_seconds(problem: Problem, kernel_problem: Problem, operand: str, hardwa
 
 def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware) -> float:
     """Predicted time of slicing a padded C [kernel M, kernel N] to the caller's [M, N] (0 when
-    the kernel runs the caller's M and N): read the padded C, write C, plus a launch."""
+    the kernel runs the caller's M and N): read the padded C, write C, plus a launch (and the
+    padded copy of a residual)."""
     padded = kernel_problem.m * kernel_problem.n
     if padded == problem.m * problem.n:
         return 0.0
-    moved = (padded + problem.m * problem.n) * problem.out_bytes * problem.batch
+    # An epilogue's residual is padded the same way first (read, written padded).
+    moved = (padded + problem.m * problem.n) * (problem.out_bytes + problem.residual_bytes) * problem.batch
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
