@@ -321,3 +321,31 @@ def test_shard_map_body_runs_the_fused_kernel(rng):
     out = jax.jit(body)(x, w, bias)
     assert relative_error(out, float64_reference(x, w, bias=bias, activation="relu")) < 2e-5
     assert kernel_calls(body, x, w, bias) == 1
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(True, False), (False, True)], ids=["TN", "NT"])
+def test_repacked_product_pads_bias_and_residual_with_c(transpose_a, transpose_b, rng):
+    """Repacking that pads M (a copied A stored [K, M]) or N (a copied B [K, N]) computes a padded C:
+    the bias and residual are padded with it, and C sliced back."""
+    m, n, k = 37, 45, 50
+    a, b = operands(rng, m, n, k, "float32", transpose_a, transpose_b)
+    bias, residual = stored(rng, (n,), "float32"), stored(rng, (m, n), "float32")
+    with jtblas.ops.repack_mode("always"):
+        out = jtblas.matmul(a, b, bias=bias, residual=residual, activation="relu", transpose_a=transpose_a,
+                            transpose_b=transpose_b, precision="highest", config=CONFIGS["plain"])
+    reference = float64_reference(a, b, bias=bias, activation="relu", residual=residual, transpose_a=transpose_a,
+                                  transpose_b=transpose_b)
+    assert relative_error(out, reference) < tolerance("float32", "float32", "ieee")
+
+
+def test_batch_past_the_grid_limit_is_launched_in_chunks(monkeypatch, rng):
+    monkeypatch.setattr(jtblas.ops, "MAX_GRID_YZ", 2)
+    batch, m, n, k = 5, 6, 16, 12
+    a, b = stored(rng, (batch, k, m), "float32"), stored(rng, (batch, k, n), "float32")
+    bias, residual = stored(rng, (batch, n), "float32"), stored(rng, (batch, m, n), "float32")
+    out = jax.vmap(lambda x, y, z, w: jtblas.matmul(x, y, bias=z, residual=w, activation="gelu", transpose_a=True,
+                                                    precision="highest", config=CONFIGS["plain"]))(a, b, bias, residual)
+    for i in range(batch):
+        reference = float64_reference(a[i], b[i], bias=bias[i], activation="gelu", residual=residual[i],
+                                      transpose_a=True)
+        assert relative_error(out[i], reference) < tolerance("float32", "float32", "ieee"), i
