@@ -140,7 +140,10 @@ class Problem:
 
     Attributes:
       m, n, k: problem sizes (elements), each ≥ 1.
-      dtype: operand dtype name (`"bfloat16"`, `"float16"` or `"float32"`).
+      dtype: the compute dtype name (`"bfloat16"`, `"float16"` or `"float32"`): the operands'
+        dtype, the one the tensor cores (or FMA units) multiply in.
+      a_dtype, b_dtype: the dtype A (B) is stored in, where it is not `dtype` ("": it is): the
+        kernel loads it as stored and converts it to `dtype` in registers.
       out_dtype: output dtype name.
       transpose_a: A is stored as [K, M] row-major (read through strides).
       transpose_b: B is stored as [N, K] row-major.
@@ -171,6 +174,8 @@ class Problem:
     bias_dtype: str = ""
     activation: str = ""
     residual_dtype: str = ""
+    a_dtype: str = ""
+    b_dtype: str = ""
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch"):
@@ -187,6 +192,11 @@ class Problem:
             raise ValueError(
                 f"Problem.input_precision must be one of {INPUT_PRECISIONS}, got {self.input_precision!r}"
             )
+        for name in ("a_dtype", "b_dtype"):
+            value = getattr(self, name)
+            if value and (value not in OPERAND_DTYPE_BYTES or value == self.dtype):
+                raise ValueError(f"Problem.{name} must be '' (stored as dtype) or another of "
+                                 f"{sorted(OPERAND_DTYPE_BYTES)} than dtype={self.dtype!r}, got {value!r}")
         for name in ("bias_dtype", "residual_dtype"):
             value = getattr(self, name)
             if value and value not in EPILOGUE_DTYPE_BYTES:
@@ -221,6 +231,21 @@ class Problem:
         return OPERAND_DTYPE_BYTES[self.dtype]
 
     @property
+    def a_bytes(self) -> int:
+        """Bytes per element of A as stored."""
+        return OPERAND_DTYPE_BYTES[self.a_dtype or self.dtype]
+
+    @property
+    def b_bytes(self) -> int:
+        """Bytes per element of B as stored."""
+        return OPERAND_DTYPE_BYTES[self.b_dtype or self.dtype]
+
+    @property
+    def casts(self) -> bool:
+        """Whether an operand is stored in another dtype than the compute dtype."""
+        return bool(self.a_dtype or self.b_dtype)
+
+    @property
     def out_bytes(self) -> int:
         """Bytes per output element."""
         return OUTPUT_DTYPE_BYTES[self.out_dtype]
@@ -253,7 +278,9 @@ class Problem:
 
     def short(self) -> str:
         """A compact one-line name, e.g. `4096x4096x4096 bfloat16 NN` (`4096 x 64x64x4096 ...` for
-        a batch of 4096 products)."""
+        a batch of 4096 products, ` b=float32` for a B stored in fp32, then the epilogue)."""
         padded = "".join(f" {name}={value}" for name, value in (("lda", self.lda), ("ldb", self.ldb)) if value)
         batch = f"{self.batch} x " if self.batch > 1 else ""
-        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}{self.epilogue_short()}"
+        stored = "".join(f" {name}={value}" for name, value in (("a", self.a_dtype), ("b", self.b_dtype)) if value)
+        return (f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{stored}{padded}"
+                f"{self.epilogue_short()}")

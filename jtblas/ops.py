@@ -21,6 +21,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch, partitioning, sharding
+from jtblas.epilogue import ACTIVATION_FUNCTIONS, epilogue_reference
 from jtblas.config import ACTIVATIONS, EPILOGUE_DTYPE_BYTES, OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.kernels.matmul import matmul_epilogue_kernel, matmul_kernel
 from jtblas.kernels.matmul_tma import (
@@ -145,6 +146,7 @@ def matmul(
         input_precision=problem.input_precision, out_dtype=problem.out_dtype, config=config,
         repack=_REPACK_MODE.get(), deterministic=deterministic, activation=problem.activation,
         bias_dtype=problem.bias_dtype, residual_dtype=problem.residual_dtype,
+        a_dtype=jnp.dtype(a.dtype).name, b_dtype=jnp.dtype(b.dtype).name, compute_dtype=problem.dtype,
     )
     if _forward_mode(a, b, bias, residual):
         raise TypeError(_NO_FORWARD_MODE)
@@ -199,8 +201,9 @@ class _Static(NamedTuple):
     activation: str = ""  # the epilogue's activation ("": none)
     bias_dtype: str = ""  # "": no bias
     residual_dtype: str = ""  # "": no residual
-    a_dtype: str = ""  # the operands' own dtypes, their cotangents' ("": not recorded, as g)
+    a_dtype: str = ""  # the operands' stored dtypes, their cotangents' ("": the compute dtype)
     b_dtype: str = ""
+    compute_dtype: str = ""  # the dtype the operands are multiplied in ("": a's)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -253,59 +256,35 @@ def _operand_cotangents(a: Any, b: Any, g: jax.Array, static: _Static) -> tuple[
     """(da, db) of op(a)·op(b) for the cotangent g of the product: da where `b` is given, db
     where `a` is."""
     ta, tb = static.transpose_a, static.transpose_b
-    dtype = (a if a is not None else b).dtype  # a and b share one dtype
-    # The kernel takes one operand dtype: g (in the output dtype) is cast to the operands' dtype,
-    # which keeps 16-bit tensor cores for mixed-precision training (a bf16 g is the usual choice).
-    g = g.astype(dtype)
+    compute = static.compute_dtype or (a if a is not None else b).dtype
+    # g (in the output dtype) is cast to the compute dtype, which keeps 16-bit tensor cores for
+    # mixed-precision training (a bf16 g is the usual choice); an operand stored in another dtype
+    # (an fp32 weight) is read as stored and converted in the kernel, and each gradient comes out
+    # in its operand's stored dtype.
+    g = g.astype(compute)
     gemm = functools.partial(
         matmul,
         precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None,
-        preferred_element_type=dtype,
         deterministic=static.deterministic,
     )
     da = db = None
     if b is not None:
+        a_dtype = static.a_dtype or compute
         if ta:  # a is stored [K, M]: da = (g·op(b)ᵀ)ᵀ = op(b)·gᵀ
-            da = gemm(b, g, transpose_a=tb, transpose_b=True)
+            da = gemm(b, g, transpose_a=tb, transpose_b=True, preferred_element_type=a_dtype)
         else:  # da = g·op(b)ᵀ; b stored [N, K] (tb) is op(b)ᵀ already
-            da = gemm(g, b, transpose_b=not tb)
+            da = gemm(g, b, transpose_b=not tb, preferred_element_type=a_dtype)
     if a is not None:
+        b_dtype = static.b_dtype or compute
         if tb:  # b is stored [N, K]: db = (op(a)ᵀ·g)ᵀ = gᵀ·op(a)
-            db = gemm(g, a, transpose_a=True, transpose_b=ta)
+            db = gemm(g, a, transpose_a=True, transpose_b=ta, preferred_element_type=b_dtype)
         else:  # db = op(a)ᵀ·g; a stored [K, M] (ta) is op(a)ᵀ already
-            db = gemm(a, g, transpose_a=not ta)
+            db = gemm(a, g, transpose_a=not ta, preferred_element_type=b_dtype)
     return da, db
 
 
 _gemm.defvjp(_gemm_fwd, _gemm_bwd, symbolic_zeros=True)
 _gemm_in_jit = jax.jit(_gemm, static_argnums=4)
-
-
-def _gelu_tanh(x: jax.Array) -> jax.Array:
-    return jax.nn.gelu(x, approximate=True)
-
-
-def _gelu(x: jax.Array) -> jax.Array:
-    return jax.nn.gelu(x, approximate=False)
-
-
-# The kernel's activations (`jtblas.kernels.matmul.activated`) as JAX functions: the backward
-# pass's derivatives and the unfused epilogue (`epilogue_reference`).
-ACTIVATION_FUNCTIONS = {"relu": jax.nn.relu, "gelu_tanh": _gelu_tanh, "gelu": _gelu, "silu": jax.nn.silu}
-
-
-def epilogue_reference(product: jax.Array, *, bias: Any = None, activation: str = "",
-                       residual: Any = None) -> jax.Array:
-    """activation(product + bias) + residual with XLA, in fp32 (the kernel's epilogue, unfused):
-    for empty products and partitioned launches."""
-    out = product.astype(jnp.float32)
-    if bias is not None:
-        out = out + bias.astype(jnp.float32)
-    if activation:
-        out = ACTIVATION_FUNCTIONS[activation](out)
-    if residual is not None:
-        out = out + residual.astype(jnp.float32)
-    return out
 
 
 @functools.cache
@@ -320,20 +299,10 @@ def _batched_launcher(static: _Static, has_bias: bool = False, has_residual: boo
 
     @jax.custom_batching.custom_vmap
     def launch_batched(a: jax.Array, b: jax.Array, *extras: jax.Array) -> jax.Array:
+        # Under jit with sharded operands each device launches on its own blocks.
         bias = extras[0] if has_bias else None
         residual = extras[-1] if has_residual else None
-        if not partitioning.applies(a, b):
-            return _launch_batched(a, b, static, bias=bias, residual=residual)
-        # Under jit with sharded operands each device launches on its own blocks; the epilogue
-        # follows in XLA, after the cross-device sum where the product is sharded over K.
-        plain = static._replace(activation="", bias_dtype="", residual_dtype="")
-        if extras or static.activation:
-            plain = plain._replace(out_dtype="float32")
-        out = partitioning.partitioned_launch(_launch_batched, a, b, plain)
-        if not (extras or static.activation):
-            return out
-        return epilogue_reference(out, bias=None if bias is None else bias[:, None, :],
-                                  activation=static.activation, residual=residual).astype(static.out_dtype)
+        return partitioning.partitioned_launch(_launch_batched, a, b, static, bias=bias, residual=residual)
 
     @launch_batched.def_vmap
     def vmap_rule(axis_size: int, in_batched: list[bool], a: jax.Array, b: jax.Array, *extras: jax.Array):
@@ -376,11 +345,14 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
             residual = jnp.broadcast_to(residual, (batch_a, m, n)).reshape(1, batch_a * m, n)
         out = _launch_batched(a.reshape(1, batch_a * m, k), b, static, bias=bias, residual=residual)
         return out.reshape(batch_a, m, n)
+    compute = static.compute_dtype or jnp.dtype(a.dtype).name
+    a_dtype, b_dtype = stored_dtypes(a, b, compute)
     problem = Problem(
-        m=m, n=n, k=k, dtype=jnp.dtype(a.dtype).name, out_dtype=static.out_dtype,
+        m=m, n=n, k=k, dtype=compute, out_dtype=static.out_dtype,
         transpose_a=static.transpose_a, transpose_b=static.transpose_b,
         input_precision=static.input_precision, batch=batch,
         bias_dtype=static.bias_dtype, activation=static.activation, residual_dtype=static.residual_dtype,
+        a_dtype=a_dtype, b_dtype=b_dtype,
     )
     config = static.config
     hw = launch_hardware([a, b])
@@ -403,7 +375,7 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
     # The epilogue's arrays as the kernels read them: one bias [N] per batch entry, the residual
     # laid out as C (broadcast copies only where vmap batched the operands and not them).
     if bias is not None:
-        bias = jnp.pad(jnp.broadcast_to(bias, (batch, n)), ((0, 0), (0, problem.n - n)))
+        bias = _pad_to(jnp.broadcast_to(bias, (batch, n))[:, None], (1, problem.n))[:, 0]
     if residual is not None:
         residual = _pad_to(jnp.broadcast_to(residual, (batch, m, n)), (problem.m, problem.n))
     # Batch stride 0 broadcasts an operand that is not batched.
@@ -486,7 +458,7 @@ def launch_spec(
     )
     # 16 bytes' worth of elements is all a vector load or store can use.
     out_bytes = 4 if split > 1 else problem.out_bytes  # the split-K workspace is fp32
-    limit = 16 // min(problem.operand_bytes, out_bytes)
+    limit = 16 // min(problem.a_bytes, problem.b_bytes, out_bytes)
     units = {name: divisibility_unit(value, limit) for name, value in sizes_and_strides.items()}
     units["STRIDE_CN"] = 1  # always 1: the compiler specialises it to the constant
     return LaunchSpec(
@@ -511,8 +483,8 @@ def launch_spec(
             PHASE_MAJOR_A=phase_major,
             TILE_M_UNIT=vector if shift_a else units["M"],
             TILE_N_UNIT=vector if shift_b else units["N"],
-            CAST_A="",
-            CAST_B="",
+            CAST_A=problem.dtype if problem.a_dtype else "",
+            CAST_B=problem.dtype if problem.b_dtype else "",
             ROUND_ONLY=False,
         ),
     )
@@ -653,8 +625,14 @@ def _launch_gemm(
     else:
         product_shape = jax.ShapeDtypeStruct((split * batch, problem.m, problem.n), fp32)
     fused = split == 1 and problem.has_epilogue
-    if fused and config.tma:
-        raise ValueError(f"jtblas: the TMA kernel has no epilogue ({config.short()} on {problem.short()})")
+    if (fused or problem.casts) and config.tma:
+        raise ValueError(f"jtblas: the TMA kernel has no epilogue and converts no operand "
+                         f"({config.short()} on {problem.short()})")
+    metaparams = dict(spec.metaparams, **epilogue) if fused else spec.metaparams
+    if problem.casts and launch.target_platform([a, b])[0] == "cpu":
+        # Triton's interpreter multiplies bf16 tiles as raw bits (its bf16 operands arrive as
+        # fp32, `jtblas.interpreter`): the converted tiles are multiplied as fp32 there.
+        metaparams = dict(metaparams, ROUND_ONLY=True)
     product = launch.launch(
         matmul_tma_kernel if config.tma else matmul_epilogue_kernel if fused else matmul_kernel,
         grid=spec.grid,
@@ -662,7 +640,7 @@ def _launch_gemm(
         out_shape=product_shape,
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
-        metaparams=dict(spec.metaparams, **epilogue) if fused else spec.metaparams,
+        metaparams=metaparams,
         zeroed_outputs=atomic,
         global_scratch=(GLOBAL_SCRATCH_BYTES, GLOBAL_SCRATCH_ALIGN) if config.tma else None,
     )
@@ -762,7 +740,7 @@ def problem_of_operands(
         )
     if transpose_a and a.ndim != 2:
         raise ValueError(f"jtblas.matmul: transpose_a needs a 2-D a, got {a.shape=}")
-    dtype = _operand_dtype(a, b)
+    dtype = compute_dtype(a, b, precision)
     out_dtype = jnp.dtype(dtype if preferred_element_type is None else preferred_element_type)
     if out_dtype.name not in OPERAND_DTYPE_BYTES:
         raise TypeError(
@@ -785,11 +763,12 @@ def problem_of_operands(
     bias_dtype, activation, residual_dtype = _check_epilogue(bias, activation, residual, shape)
     if min(m, n, k_a) == 0:
         return None, shape
+    a_dtype, b_dtype = stored_dtypes(a, b, dtype.name)
     problem = Problem(
         m=m, n=n, k=k_a, dtype=dtype.name, out_dtype=out_dtype.name,
         transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
         input_precision=input_precision(precision),
-        bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype,
+        bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype, a_dtype=a_dtype, b_dtype=b_dtype,
     )
     return problem, shape
 
@@ -838,15 +817,32 @@ class GemmShape(NamedTuple):
     out_shape: tuple[int, ...]
 
 
-def _operand_dtype(a: Any, b: Any) -> np.dtype:
-    if a.dtype != b.dtype:
-        raise TypeError(f"jtblas.matmul: a and b must have the same dtype, got {a.dtype=} and {b.dtype=}")
-    if jnp.dtype(a.dtype).name not in OPERAND_DTYPE_BYTES:
-        raise TypeError(
-            f"jtblas.matmul: unsupported dtype {a.dtype}; the kernel takes "
-            f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
-        )
-    return jnp.dtype(a.dtype)
+def compute_dtype(a: Any, b: Any, precision: Any = None) -> np.dtype:
+    """The dtype the kernel multiplies `a` and `b` in: theirs when they share one; for operands
+    of two dtypes (each loaded as stored and converted in registers, no converted copy in memory)
+    the narrower one's (bf16 activations x an fp32 weight run on bf16 tensor cores, as Flax's
+    `Dense(dtype=jnp.bfloat16)` computes), fp32 where both are 16-bit (fp16 x bf16) or where
+    `precision` is HIGHEST (the narrow operand converted exactly, full fp32 products).
+
+    Raises TypeError for a dtype the kernel does not take."""
+    for name, x in (("a", a), ("b", b)):
+        if jnp.dtype(x.dtype).name not in OPERAND_DTYPE_BYTES:
+            raise TypeError(
+                f"jtblas.matmul: unsupported dtype {jnp.dtype(x.dtype).name} of {name}; the kernel takes "
+                f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
+            )
+    a_name, b_name = jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name
+    if a_name == b_name:
+        return jnp.dtype(a_name)
+    narrow = [name for name in (a_name, b_name) if OPERAND_DTYPE_BYTES[name] == 2]
+    if len(narrow) != 1 or input_precision(precision) == "ieee":
+        return jnp.dtype(jnp.float32)
+    return jnp.dtype(narrow[0])
+
+
+def stored_dtypes(a: Any, b: Any, compute: str) -> tuple[str, str]:
+    """`Problem.a_dtype` and `b_dtype`: each operand's dtype name where it is not `compute`, else ""."""
+    return tuple(name if name != compute else "" for name in (jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name))
 
 
 def launch_hardware(operands: list[Any]) -> hardware.Hardware:

@@ -36,6 +36,21 @@ def converted(x, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def rounded(x, DTYPE: tl.constexpr):
+    """x as fp32, rounded to the nearest value of DTYPE ("bfloat16", "float16"; ties to even): the
+    values `converted` gives, kept in fp32 (ROUND_ONLY). bf16 by integer arithmetic on the bits:
+    Triton's interpreter truncates fp32 to bf16 (triton/runtime/interpreter.py, `_convert_float`)."""
+    x = x.to(tl.float32)
+    if DTYPE == "bfloat16":
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    elif DTYPE == "float16":
+        x = x.to(tl.float16).to(tl.float32)
+    return x
+
+
+@triton.jit
 def activated(x, ACTIVATION: tl.constexpr):
     """The activation ACTIVATION of the fp32 x ("" leaves it): "relu" max(x, 0); "gelu_tanh"
     x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³))), with tanh(z) = 2·sigmoid(2z) − 1 (Triton's core
@@ -101,8 +116,9 @@ def reduce_k_blocks(
 
     CAST_A, CAST_B: the operand is loaded as stored and converted in registers to this dtype (the
     product's compute dtype, `converted`) before the dot: operands of different dtypes, no
-    converted copy in memory. ROUND_ONLY: the converted tiles are multiplied as fp32 (Triton's
-    interpreter, whose bf16 dot reads raw bits: the CPU backend's operands are fp32 already).
+    converted copy in memory. ROUND_ONLY: the tiles are rounded to those values and multiplied as
+    fp32 (`rounded`; for Triton's interpreter, whose bf16 dot reads raw bits and whose fp32 to bf16
+    conversion truncates: the CPU backend's bf16 operands arrive as fp32).
 
     Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
     BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
@@ -147,11 +163,12 @@ def reduce_k_blocks(
                     a_mask = a_mask & a_row_mask
                 a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        a = converted(a, CAST_A)
-        b = converted(b, CAST_B)
         if ROUND_ONLY:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
+            a = rounded(a, CAST_A)
+            b = rounded(b, CAST_B)
+        else:
+            a = converted(a, CAST_A)
+            b = converted(b, CAST_B)
         if SWAP_AB:
             acc = tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
         else:

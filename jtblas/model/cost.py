@@ -268,7 +268,7 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     """
     if config.tma:
         return constants.full_vector_bytes
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     shifted = resources.shifted_operands(problem, config)
     if operand == "a":
         stride, k_contiguous, extent, shift = problem.a_row_stride, not problem.transpose_a, problem.m, shifted[0]
@@ -301,7 +301,7 @@ def swizzle_efficiency(problem: Problem, config: Config, operand: str,
     32-byte swizzle (PTX ISA, wgmma "Shared Memory Matrix Layout"), whose accesses share banks:
     the bandwidth falls with the row length, row bytes / 128.
     """
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     if operand == "a":
         row = (config.block_m if problem.transpose_a else config.block_k) * element
     else:
@@ -342,11 +342,10 @@ def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, pro
         cols = min(tiles_n, resident)
         rows = min(tiles_m, -(-resident // tiles_n))
         group_rows = rows
-    element = problem.operand_bytes
-    a_bytes = problem.m * problem.k * element / line_efficiency(problem, config, "a", constants)
-    b_bytes = problem.k * problem.n * element / line_efficiency(problem, config, "b", constants)
-    a_panel = min(config.block_m, problem.m) * problem.k * element
-    b_panel = min(config.block_n, problem.n) * problem.k * element
+    a_bytes = problem.m * problem.k * problem.a_bytes / line_efficiency(problem, config, "a", constants)
+    b_bytes = problem.k * problem.n * problem.b_bytes / line_efficiency(problem, config, "b", constants)
+    a_panel = min(config.block_m, problem.m) * problem.k * problem.a_bytes
+    b_panel = min(config.block_n, problem.n) * problem.k * problem.b_bytes
     capacity = hardware.l2_bytes * constants.l2_usable_fraction
     a_reads = 1.0 if group_rows * a_panel + cols * b_panel <= capacity else tiles_n / cols
     b_reads = 1.0 if b_bytes + group_rows * a_panel <= capacity else tiles_m / rows
@@ -428,7 +427,7 @@ def _warp_grid_index(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray, w
 def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, tma: np.ndarray,
                          shifted: np.ndarray, phase_width: np.ndarray, constants: Constants) -> np.ndarray:
     """`vector_bytes` of every candidate (`shifted` by K phases, to loads `phase_width` bytes wide)."""
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     full = constants.full_vector_bytes
     if operand == "a":
         stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
@@ -450,7 +449,7 @@ def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: st
 def _line_efficiency_arrays(c: candidates.Candidates, problem: Problem, operand: str,
                             constants: Constants) -> np.ndarray:
     """`line_efficiency` of every candidate."""
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     if operand == "a":
         run = (c.block_m if problem.transpose_a else c.block_k) * element
         extent = problem.m if problem.transpose_a else problem.k
@@ -492,7 +491,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         programs = np.maximum(1, c.table[candidates.ROWS.index("programs_per_sm")])
         wgmma = c.table[candidates.ROWS.index("uses_wgmma")] != 0
     else:
-        programs = np.maximum(1, candidates.programs_per_sm_arrays(c, element, problem.out_bytes, hardware))
+        programs = np.maximum(1, candidates.programs_per_sm_arrays(c, resources.operand_sizes(problem),
+                                                                   problem.out_bytes, hardware))
         wgmma = candidates.uses_wgmma_arrays(c, problem, hardware)
     tiles_per_sm = -(-grid // sms)
     waves = -(-grid // (sms * programs))
@@ -503,10 +503,11 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # One K step of one program, on its SM.
     load_port = constants.load_bytes_per_clock * clock
     full = constants.full_vector_bytes
-    a_step = bm * bk * element
-    b_step = bk * bn * element
+    a_element, b_element = problem.a_bytes, problem.b_bytes  # as stored (`element`: the compute dtype's)
+    a_step = bm * bk * a_element
+    b_step = bk * bn * b_element
     a_rows = bm if problem.transpose_a else np.minimum(bm, problem.m)  # M where A's rows are masked
-    a_loaded = a_rows * bk * element
+    a_loaded = a_rows * bk * a_element
     # mma_seconds_per_flop
     if resources.uses_fma(problem):
         rate = hardware.fp32_flops
@@ -527,8 +528,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     column_bytes = bk * columns * column_readers * element
     a_reads, b_reads = ((np.where(swap, column_bytes, row_bytes), np.where(swap, row_bytes, column_bytes))
                         if swapped else (row_bytes, column_bytes))
-    swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * element / constants.swizzle_bytes)
-    swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * element / constants.swizzle_bytes)
+    swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * a_element / constants.swizzle_bytes)
+    swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * b_element / constants.swizzle_bytes)
     smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
     step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
     vector_a = _vector_bytes_arrays(c, problem, "a", tma, shift_a, phase_width, constants)
@@ -575,17 +576,17 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     window_rows = np.where(grouped, np.minimum(group_rows, resident), np.minimum(plain_m, -(-resident // plain_n)))
     window_cols = np.where(grouped, np.minimum(plain_n, -(-resident // group_rows)), np.minimum(plain_n, resident))
     group_rows = np.where(grouped, group_rows, window_rows)
-    a_bytes = problem.m * problem.k * element / _line_efficiency_arrays(c, problem, "a", constants)
-    b_bytes = problem.k * problem.n * element / _line_efficiency_arrays(c, problem, "b", constants)
-    a_panel = np.minimum(bm, problem.m) * problem.k * element
-    b_panel = np.minimum(bn, problem.n) * problem.k * element
+    a_bytes = problem.m * problem.k * a_element / _line_efficiency_arrays(c, problem, "a", constants)
+    b_bytes = problem.k * problem.n * b_element / _line_efficiency_arrays(c, problem, "b", constants)
+    a_panel = np.minimum(bm, problem.m) * problem.k * a_element
+    b_panel = np.minimum(bn, problem.n) * problem.k * b_element
     capacity = hardware.l2_bytes * constants.l2_usable_fraction
     a_rereads = np.where(group_rows * a_panel + window_cols * b_panel <= capacity, 1.0, plain_n / window_cols)
     b_rereads = np.where(b_bytes + group_rows * a_panel <= capacity, 1.0, plain_m / window_rows)
     operand_dram = (a_rereads * a_bytes + b_rereads * b_bytes) * problem.batch
     c_bytes = problem.m * problem.n * stored_bytes * split * problem.batch
     dram_bytes = operand_dram + c_bytes
-    operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
+    operand_l2 = grid * (a_rows * a_element + bn * b_element) * k_steps * bk
     l2_bytes = operand_l2 + c_bytes
     if problem.has_epilogue:
         residual_bytes = problem.m * problem.n * problem.residual_bytes * problem.batch

@@ -150,7 +150,8 @@ def copy_seconds(problem: Problem, kernel_problem: Problem, operand: str, hardwa
     and writes the padded buffer at DRAM bandwidth, plus its launch."""
     rows, cols = stored_shape(problem, operand)
     rows_p, cols_p = stored_shape(kernel_problem, operand)
-    moved = (rows * cols + rows_p * cols_p) * problem.operand_bytes * problem.batch
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
+    moved = (rows * cols + rows_p * cols_p) * element * problem.batch
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
@@ -175,7 +176,7 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
         return [(True, True, problem.k % PAD_MULTIPLE != 0, False)]
     if mode == "never":
         return []
-    pad_k = problem.k * problem.operand_bytes % 16 != 0
+    pad_k = any(problem.k * element % 16 != 0 for element in (problem.a_bytes, problem.b_bytes))
     if mode == "transpose":
         return [(pad_k, True, pad_k, True)] if problem.transpose_b else []
     options = []
