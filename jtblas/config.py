@@ -35,6 +35,20 @@ _SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?(?:
 MAX_K_PHASES = 8
 
 
+def compute_dtype_name(a_dtype: str, b_dtype: str, input_precision: str = "tf32") -> str:
+    """The dtype the kernel multiplies operands stored in `a_dtype` and `b_dtype` in: theirs when
+    they share one; else the narrower one's (bf16 activations x an fp32 weight run on bf16 tensor
+    cores, as Flax's `Dense(dtype=jnp.bfloat16)` computes), and fp32 where both are 16-bit
+    (fp16 x bf16) or the input precision is "ieee" (HIGHEST: the narrow operand converted
+    exactly, full fp32 products)."""
+    if a_dtype == b_dtype:
+        return a_dtype
+    narrow = [name for name in (a_dtype, b_dtype) if OPERAND_DTYPE_BYTES[name] == 2]
+    if len(narrow) != 1 or input_precision == "ieee":
+        return "float32"
+    return narrow[0]
+
+
 def _is_power_of_two(value: int) -> bool:
     return isinstance(value, int) and value > 0 and value & (value - 1) == 0
 

@@ -22,7 +22,14 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch, partitioning, sharding
 from jtblas.epilogue import ACTIVATION_FUNCTIONS, epilogue_reference
-from jtblas.config import ACTIVATIONS, EPILOGUE_DTYPE_BYTES, OPERAND_DTYPE_BYTES, Config, Problem
+from jtblas.config import (
+    ACTIVATIONS,
+    EPILOGUE_DTYPE_BYTES,
+    OPERAND_DTYPE_BYTES,
+    Config,
+    Problem,
+    compute_dtype_name,
+)
 from jtblas.kernels.matmul import matmul_epilogue_kernel, matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
@@ -818,11 +825,9 @@ class GemmShape(NamedTuple):
 
 
 def compute_dtype(a: Any, b: Any, precision: Any = None) -> np.dtype:
-    """The dtype the kernel multiplies `a` and `b` in: theirs when they share one; for operands
-    of two dtypes (each loaded as stored and converted in registers, no converted copy in memory)
-    the narrower one's (bf16 activations x an fp32 weight run on bf16 tensor cores, as Flax's
-    `Dense(dtype=jnp.bfloat16)` computes), fp32 where both are 16-bit (fp16 x bf16) or where
-    `precision` is HIGHEST (the narrow operand converted exactly, full fp32 products).
+    """The dtype the kernel multiplies `a` and `b` in (`jtblas.config.compute_dtype_name`): for
+    operands of two dtypes, each is loaded as stored and converted in registers, with no
+    converted copy in memory.
 
     Raises TypeError for a dtype the kernel does not take."""
     for name, x in (("a", a), ("b", b)):
@@ -831,13 +836,8 @@ def compute_dtype(a: Any, b: Any, precision: Any = None) -> np.dtype:
                 f"jtblas.matmul: unsupported dtype {jnp.dtype(x.dtype).name} of {name}; the kernel takes "
                 f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
             )
-    a_name, b_name = jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name
-    if a_name == b_name:
-        return jnp.dtype(a_name)
-    narrow = [name for name in (a_name, b_name) if OPERAND_DTYPE_BYTES[name] == 2]
-    if len(narrow) != 1 or input_precision(precision) == "ieee":
-        return jnp.dtype(jnp.float32)
-    return jnp.dtype(narrow[0])
+    return jnp.dtype(compute_dtype_name(jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name,
+                                        input_precision(precision)))
 
 
 def stored_dtypes(a: Any, b: Any, compute: str) -> tuple[str, str]:

@@ -349,3 +349,31 @@ def test_batch_past_the_grid_limit_is_launched_in_chunks(monkeypatch, rng):
         reference = float64_reference(a[i], b[i], bias=bias[i], activation="gelu", residual=residual[i],
                                       transpose_a=True)
         assert relative_error(out[i], reference) < tolerance("float32", "float32", "ieee"), i
+
+
+def test_select_and_explain_take_the_epilogue_and_b_dtype(capsys):
+    """`jtblas.select` / `explain` and `jtblas explain` see the epilogue and B's dtype; their
+    predictions include them; bad values are refused with the value."""
+    from jtblas import cli
+
+    plain = jtblas.explain(4096, 14336, 4096, hardware="h200")
+    fused = jtblas.explain(4096, 14336, 4096, hardware="h200", b_dtype="fp32", bias_dtype="float32",
+                           activation="gelu_tanh", residual_dtype="bf16")
+    assert fused.problem == Problem(m=4096, n=14336, k=4096, b_dtype="float32", bias_dtype="float32",
+                                    activation="gelu_tanh", residual_dtype="bfloat16")
+    assert fused.ranked[0].predicted_seconds > plain.ranked[0].predicted_seconds
+    assert fused.ranked[0].config == jtblas.select(4096, 14336, 4096, hardware="h200", b_dtype="fp32",
+                                                   bias_dtype="float32", activation="gelu_tanh",
+                                                   residual_dtype="bf16")
+    assert not any(e.config.tma for e in fused.ranked)
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        jtblas.select(64, 64, 64, hardware="h200", activation="tanh")
+    with pytest.raises(TypeError, match="float64"):
+        jtblas.select(64, 64, 64, hardware="h200", bias_dtype="float64")
+    assert cli.main(["explain", "4096", "14336", "4096", "--gpu", "h200", "--top", "1", "--b-dtype", "fp32",
+                     "--bias", "--activation", "gelu", "--residual", "fp32"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "4096x14336x4096 bfloat16 NN b=float32 +bias(bfloat16) gelu +residual(float32) on h200")
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "64", "64", "64", "--gpu", "h200", "--activation", "tanh"])
+    assert "invalid choice: 'tanh'" in capsys.readouterr().err
