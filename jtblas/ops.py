@@ -366,6 +366,10 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
     if config is None:
         plan = repack.plan_for_problem(problem, hw, static.repack)
         problem, config = plan.kernel_problem, plan.config
+        if plan.convert_a:  # converted first: the model predicts it faster than in the kernel
+            a = a.astype(problem.dtype)
+        if plan.convert_b:
+            b = b.astype(problem.dtype)
         if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
             b = jnp.swapaxes(b, 1, 2)
     else:  # checked here, per launched problem: batching may have folded more rows into M

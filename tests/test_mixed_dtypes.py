@@ -162,3 +162,30 @@ def test_mixed_products_compile_for_sm90():
         text = lower_for_cuda(lambda x, y, z, config=config: jtblas.matmul(x, y, bias=z, activation="relu",
                                                                           config=config), a, w, bias)
         assert text.count("triton_kernel_call") == config.k_slices
+
+
+def test_model_converts_first_only_where_that_is_predicted_faster():
+    """A decode product reads the fp32 weight as stored (its one pass is all it reads); a large
+    one converts it first (the kernel would read it from L2 at twice the width per tile row)."""
+    decode = jtblas.explain(16, 14336, 4096, hardware="h200", b_dtype="fp32").plan
+    large = jtblas.explain(4096, 14336, 4096, hardware="h200", b_dtype="fp32").plan
+    assert not decode.convert_b and decode.kernel_problem.b_dtype == "float32"
+    assert "converts in the kernel" in decode.reason
+    assert large.convert_b and not large.kernel_problem.casts and "converts first" in large.reason
+    assert large.predicted_seconds == pytest.approx(
+        large.predicted_seconds - large.copy_seconds + jtblas.model.repack.convert_seconds(large.problem, "b", H200))
+
+
+def test_converted_first_plan_runs(monkeypatch, rng):
+    """The ops side of a plan that converts B first (forced: any predicted gain suffices)."""
+    monkeypatch.setattr(jtblas.model.repack, "REPACK_MIN_GAIN", -100.0)
+    jtblas.selection.clear_cache()
+    try:
+        a, b = stored(rng, (20, 33), "bfloat16"), stored(rng, (33, 24), "float32")
+        jaxpr = jax.make_jaxpr(lambda x, y: jtblas.matmul(x, y, preferred_element_type=jnp.float32))(a, b)
+        assert count_equations(jaxpr, "convert_element_type") >= 1  # B converted (and repacked: any gain)
+        out = jtblas.matmul(a, b, preferred_element_type=jnp.float32)
+        reference = as_used(a, "bfloat16", False) @ as_used(b, "bfloat16", False)
+        assert relative_error(out, reference) < 2e-5
+    finally:
+        jtblas.selection.clear_cache()
