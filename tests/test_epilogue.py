@@ -377,3 +377,14 @@ def test_select_and_explain_take_the_epilogue_and_b_dtype(capsys):
     with pytest.raises(SystemExit):
         cli.main(["explain", "64", "64", "64", "--gpu", "h200", "--activation", "tanh"])
     assert "invalid choice: 'tanh'" in capsys.readouterr().err
+
+
+def test_forced_tma_config_with_an_epilogue_is_refused():
+    a, b = jnp.ones((64, 64), jnp.bfloat16), jnp.ones((64, 64), jnp.bfloat16)
+    config = Config(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3, tma=True)
+    with pytest.raises(ValueError, match="the TMA kernel has no epilogue"):
+        jtblas.matmul(a, b, bias=jnp.ones(64, jnp.float32), config=config)
+    with pytest.raises(ValueError, match="Problem.activation must be '' \\(none\\) or one of"):
+        Problem(m=1, n=1, k=1, activation="tanh")
+    with pytest.raises(ValueError, match="Problem.b_dtype"):
+        Problem(m=1, n=1, k=1, b_dtype="bfloat16")  # the compute dtype itself: stored as ""
