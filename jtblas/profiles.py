@@ -89,13 +89,14 @@ def profile_dir() -> Path:
     return Path(cache) / "jtblas" / "profiles"
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """`text` as a file-name-safe lower-case name (a profile's name, e.g. "nvidia-h200")."""
     return re.sub(r"[^a-z0-9.]+", "-", text.strip().lower()).strip("-") or "unknown"
 
 
 def profile_path(device: str, driver: str) -> Path:
     """The cache path of the profile of `device` under `driver` (e.g. nvidia-h200-570.124.06.json)."""
-    return profile_dir() / f"{_slug(device)}-{_slug(driver)}.json"
+    return profile_dir() / f"{slug(device)}-{slug(driver)}.json"
 
 
 @functools.cache

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jtblas import timing
 from jtblas.bench import (
-    cli, contenders, jax_loop, jax_report, oracle, report, shapes, through_jax, timing, torch_runner,
+    cli, contenders, jax_loop, jax_report, oracle, report, shapes, through_jax, torch_runner,
 )
 from jtblas.config import Config, Problem
 
@@ -323,16 +324,19 @@ def test_nvmmh_mapping_clamps_to_the_kernel():
 
 
 def _chain(as_, bs, products_per_set):
-    """float64 reference of the loop: each product's C[0, 0] written back into A[0, 0] as tanh."""
-    current = [np.asarray(a, np.float64) for a in as_]
+    """float64 reference of the loop: each product's C[0, 0] written back into A[0, 0] and B[0, 0]
+    as tanh."""
+    current_as = [np.asarray(a, np.float64) for a in as_]
+    current_bs = [np.asarray(b, np.float64) for b in bs]
     last = []
     for _ in range(products_per_set):
         last = []
-        for i, b in enumerate(bs):
-            c = current[i] @ np.asarray(b, np.float64)
+        for i in range(len(bs)):
+            c = current_as[i] @ current_bs[i]
             last.append(c)
-            current[i] = current[i].copy()
-            current[i][0, 0] = np.tanh(np.float32(c[0, 0]))
+            for current in (current_as, current_bs):
+                current[i] = current[i].copy()
+                current[i][0, 0] = np.tanh(np.float32(c[0, 0]))
     return last
 
 
@@ -357,6 +361,27 @@ def test_slope_loop_keeps_every_dot_inside_and_runs_the_chained_products():
     entry = hlo[hlo.index("ENTRY"):]
     assert "while(" in entry and "dot_general" not in entry  # no dot hoisted out of the loop
     assert len(re.findall(r'op_name="[^"]*dot_general"', hlo)) >= 3 * unroll
+
+
+def test_slope_loop_copies_a_repacked_b_in_every_iteration():
+    """B changes in every iteration, so XLA cannot hoist jtblas's padded copy of B (nor any
+    preparation of B of XLA's own) out of the loop: each product pays for it, as in training."""
+    import jax
+    import jax.numpy as jnp
+
+    from jtblas import ops
+
+    shape = shapes.Shape(name="t", set="t", family="t", regime="t", m=40, n=37, k=50, layout="NN", dtype="float32")
+    as_, bs = jax_loop.operands(shape, 1)
+    with ops.repack_mode("always"):
+        f = jax.jit(jax_loop.loop_function(jax_loop.jtblas_dot(shape), 1))
+        hlo = f.lower(as_, bs, jnp.int32(1)).compile().as_text()
+        out = f(as_, bs, jnp.int32(2))
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "while(" in entry and " pad(" in hlo
+    assert "pad" not in entry.split("while(")[0].lower()  # no pad computed before the loop
+    want = _chain(as_, bs, 2)[0]
+    assert np.linalg.norm(np.asarray(out[-1][0], np.float64) - want) <= 1e-5 * np.linalg.norm(want)
 
 
 def test_slope_timer_times_two_lengths_of_one_compiled_loop():

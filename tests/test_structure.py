@@ -75,3 +75,11 @@ def test_pure_modules_reach_no_device_library(root):
             if imported.startswith("jtblas.") and imported not in seen:
                 todo.append(imported)
     assert {"jtblas.gpus", "jtblas.constants"} <= seen  # the walk follows jtblas's own imports
+
+
+def test_calibrate_does_not_import_the_benchmark():
+    """Calibration measures with the shared timing and launch modules, not through the benchmark."""
+    modules = [m for m in jtblas_modules() if m.startswith("jtblas.calibrate")]
+    assert modules
+    for module in modules:
+        assert not {name for name in imports(module) if name.startswith("jtblas.bench")}, module

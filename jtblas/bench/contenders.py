@@ -28,6 +28,7 @@ from jtblas.bench.jax_loop import (  # noqa: F401 - the torch runner's names for
 )
 from jtblas.bench.jax_loop import operands as jax_operands  # noqa: F401
 from jtblas.config import Config, Problem
+from jtblas.torch_launch import LaunchOperands, kernel_launcher  # noqa: F401 - the torch runner's names
 
 # Triton tutorial 03 (python/tutorials/03-matrix-multiplication.py, `get_cuda_autotune_config`,
 # triton 3.x): the configs `@triton.autotune` times for fp16/bf16 operands on CUDA (its two
@@ -167,50 +168,6 @@ class TorchOperands:
         self.a = self.b = self.c = self.a_op = self.b_op = self.reference = None
 
 
-def kernel_launcher(ops: TorchOperands, problem: Problem, config: Config) -> Callable[[int], object]:
-    """launch(i): our `matmul_kernel` on operand set i with `config` (the grid and constexprs come
-    from `jtblas.ops.launch_spec`, exactly as `jtblas.matmul` launches it)."""
-    from jtblas.kernels.matmul import matmul_kernel
-    from jtblas.kernels.matmul_tma import matmul_tma_kernel
-    from jtblas.kernels.reduce import sum_splits_kernel
-    from jtblas.ops import launch_spec, sum_splits_spec
-
-    spec = launch_spec(problem, config)
-    if config.tma:
-        use_torch_global_scratch(ops.torch)
-    kernel = (matmul_tma_kernel if config.tma else matmul_kernel)[spec.grid]
-    scalars, meta = spec.scalars, spec.metaparams
-    a, b, c = ops.a, ops.b, ops.c
-
-    if config.split_k == 1:
-        def launch(i):
-            kernel(a[i], b[i], *scalars, c[i], num_warps=spec.num_warps, num_stages=spec.num_stages, **meta)
-
-        return launch
-
-    # Split-K: fp32 partials [split_k, M, N] (one workspace: launches are serialised on a stream),
-    # then the fixed-order sum and cast; both launches are timed as one product.
-    workspace = ops.torch.empty((config.split_k, problem.m, problem.n), device="cuda", dtype=ops.torch.float32)
-    reduce = sum_splits_spec(problem, config)
-    reducer = sum_splits_kernel[reduce.grid]
-
-    def launch_split(i):
-        kernel(a[i], b[i], *scalars, workspace, num_warps=spec.num_warps, num_stages=spec.num_stages, **meta)
-        reducer(workspace, *reduce.scalars, c[i], num_warps=reduce.num_warps, num_stages=reduce.num_stages,
-                **reduce.metaparams)
-
-    return launch_split
-
-
-def use_torch_global_scratch(torch) -> None:
-    """Lets Triton's own launcher allocate the global scratch of kernels that need it (the TMA
-    kernel's device-side descriptors) from torch's caching allocator, on the current stream
-    (graph-capturable)."""
-    import triton
-
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-
-
 def repack_plan(problem: Problem):
     """The model's `jtblas.model.ProductPlan` for `problem` when it repacks operands, else None."""
     from jtblas import hardware, model
@@ -257,16 +214,6 @@ def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
             ops.c[i].copy_(c_out[i][: problem.m, : problem.n])
 
     return launch
-
-
-@dataclasses.dataclass
-class LaunchOperands:
-    """The operand lists `kernel_launcher` reads (a, b, c per operand set) and the torch module."""
-
-    a: list
-    b: list
-    c: list
-    torch: object = None
 
 
 def cublas_launcher(ops: TorchOperands) -> Callable[[int], object]:

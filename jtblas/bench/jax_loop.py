@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 
-from jtblas.bench.timing import measure_slope
+from jtblas.timing import measure_slope
 
 # Operand sets rotate so that the bytes touched per cycle exceed the L2 this many times over.
 L2_ROTATION_FACTOR = 2.5
@@ -91,34 +91,41 @@ def jtblas_dot(shape, config=None) -> Callable:
 def loop_function(dot: Callable, unroll: int) -> Callable:
     """f(as_, bs, trips) → outputs: `trips · unroll` iterations, each running `dot` once on every
     operand set. XLA can neither hoist nor merge the dots: each iteration writes tanh(C[0, 0])
-    into A[0, 0] (an in-place one-element update of the loop-carried A), so the next iteration's
-    product depends on this one's. Every C of every iteration in the body is a loop output: were
-    only the last one's carried, XLA would compute just C[0, 0] of the others' split-K reductions
-    (it pushes the slice into the reduce fusion)."""
+    into A[0, 0] and B[0, 0] (in-place one-element updates of the loop-carried A and B), so the
+    next iteration's product depends on this one's, and neither operand is loop-invariant: what a
+    product does to an operand before its kernel (jtblas's padded or transposed copy of B, a
+    layout change of XLA's) runs in every iteration, as in a training step whose weights change,
+    instead of being hoisted out of the loop once. Every C of every iteration in the body is a loop
+    output: were only the last one's carried, XLA would compute just C[0, 0] of the others' split-K
+    reductions (it pushes the slice into the reduce fusion)."""
     import jax
     import jax.numpy as jnp
 
+    def chained(x, value):
+        return x.at[(0,) * x.ndim].set(value.astype(x.dtype))
+
     def f(as_, bs, trips):
-        def iteration(as_):
-            new_as, cs = [], []
+        def iteration(as_, bs):
+            new_as, new_bs, cs = [], [], []
             for a, b in zip(as_, bs):
                 c = dot(a, b)
-                first_c = c[(0,) * c.ndim].astype(jnp.float32)
-                new_as.append(a.at[(0,) * a.ndim].set(jnp.tanh(first_c).astype(a.dtype)))
+                first_c = jnp.tanh(c[(0,) * c.ndim].astype(jnp.float32))
+                new_as.append(chained(a, first_c))
+                new_bs.append(chained(b, first_c))
                 cs.append(c)
-            return new_as, cs
+            return new_as, new_bs, cs
 
         def body(_, carry):
-            as_, _ = carry
+            as_, bs, _ = carry
             outputs = []
             for _ in range(unroll):
-                as_, cs = iteration(as_)
+                as_, bs, cs = iteration(as_, bs)
                 outputs.append(cs)
-            return as_, outputs
+            return as_, bs, outputs
 
         shapes = [jax.eval_shape(dot, a, b) for a, b in zip(as_, bs)]
         outputs = [[jnp.zeros(c.shape, c.dtype) for c in shapes] for _ in range(unroll)]
-        _, outputs = jax.lax.fori_loop(0, trips, body, (list(as_), outputs))
+        _, _, outputs = jax.lax.fori_loop(0, trips, body, (list(as_), list(bs), outputs))
         return outputs
 
     return f

@@ -124,7 +124,8 @@ class Runner:
         import torch
 
         from jtblas.bench import contenders as C
-        from jtblas.bench import oracle, timing
+        from jtblas import timing
+        from jtblas.bench import oracle
 
         self.torch = torch
         self.C, self.oracle_mod, self.timing = C, oracle, timing

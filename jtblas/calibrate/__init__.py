@@ -7,7 +7,7 @@ probe kernels are in `kernels` (imports Triton).
 
 Each measurement takes a second or less (the whole run ~20-40 s, `--quick` ~10-20 s, most of it
 CUDA/cuBLAS start-up and Triton compiles) and is timed on the device (CUDA graphs and events,
-`jtblas.bench.timing.GraphTimer`), never by Python wall clock:
+`jtblas.timing.GraphTimer`), never by Python wall clock:
 
 | measurement | how | feeds |
 |---|---|---|

@@ -138,7 +138,7 @@ class Calibration:
                  stream: TextIO = sys.stderr):
         import torch
 
-        from jtblas.bench.timing import GraphTimer
+        from jtblas.timing import GraphTimer
 
         self.torch = torch
         self.plan = MeasurementPlan.make(quick)
@@ -163,7 +163,7 @@ class Calibration:
         return seconds, self.timer.last_method
 
     def dram_copy(self) -> None:
-        from jtblas.bench.timing import copy_bandwidth
+        from jtblas.timing import copy_bandwidth
 
         # Copies for 0.2 s first: an idle GPU's first measurement reads low (clocks ramping up).
         self.measured["dram_copy"] = copy_bandwidth(self.timer, nbytes=self.plan.copy_bytes, warm_s=0.2)
@@ -277,7 +277,7 @@ class Calibration:
 
         from jtblas import launch as launch_lib
         from jtblas.calibrate.kernels import increment_kernel
-        from jtblas.bench.timing import measure_slope
+        from jtblas.timing import measure_slope
 
         def one(x):
             return launch_lib.launch(increment_kernel, grid=(1,), args=[x], num_warps=1, num_stages=1,
@@ -309,7 +309,7 @@ class Calibration:
         lower bound of what the L2 delivers to the SMs, the quantity the model's l2 term divides
         by (every tile load crosses L2), and the largest is kept. The stream-read kernel of
         `l2_read` measured 7.4-8.0 TB/s on the H200, 64x64x128 tiles 11.4 (BENCHMARKS.md at 705f18b)."""
-        from jtblas.bench.contenders import LaunchOperands, kernel_launcher
+        from jtblas.torch_launch import LaunchOperands, kernel_launcher
         from jtblas.config import Problem
 
         torch = self.torch
@@ -438,7 +438,7 @@ class Calibration:
         if self.known_device:
             return {}
         props = self.props
-        fields: dict[str, Any] = dict(name=profiles._slug(self.device), full_name=self.device,
+        fields: dict[str, Any] = dict(name=profiles.slug(self.device), full_name=self.device,
                                       compute_capability=list(self.capability), wgmma=self.capability[0] == 9)
         for field, attribute in (("l2_bytes", "L2_cache_size"),
                                  ("smem_per_sm", "shared_memory_per_multiprocessor"),

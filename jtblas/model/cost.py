@@ -477,7 +477,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # A shifted operand's tiles (K phases) start up to one phase vector's worth of elements before
     # C's (`resources.shifted_operands`, `resources.phase_vector_bytes`).
     phased = c.k_phases > 1
-    shift_a, shift_b = (phased & shifted for shifted in resources.shifted_operands(problem, Config(k_phases=2)))
+    shift_a, shift_b = (phased & shifted for shifted in resources.misaligned_rows_along_k(problem))
     phase_width = np.full(len(c), resources.VECTOR_BYTES, dtype=np.int64)
     for count in resources.k_phase_counts(problem):
         phase_width[c.k_phases == count] = resources.phase_vector_bytes(problem, count)
@@ -611,8 +611,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # The phase-major copy of a K-contiguous A (`resources.phase_major_a`): read A, write the copy.
     phase_copy = np.zeros(len(c))
     if phased.any() and not problem.transpose_a:
-        phase_rows = -(-problem.k // c.k_phases)
-        columns = -(-phase_rows // bk) * bk
+        columns = resources.phase_columns(problem, c.k_phases, bk)
         moved = (problem.m * problem.k + problem.m * c.k_phases * columns) * element * problem.batch
         phase_copy = np.where(phased, moved / hardware.dram_bytes_per_s + hardware.launch_seconds, 0.0)
     predicted = launch + np.maximum(sm, memory) + reduction + phase_copy

@@ -165,7 +165,7 @@ def needed_k_phases(problem: Problem) -> int:
     its rows along K starts on a 16-byte boundary: 16 / gcd(16, row stride x bytes), over those
     operands (1 where they all already do, 8 for a bf16 row of odd length)."""
     phases = 1
-    for stride_bytes in _misaligned_rows_along_k(problem):
+    for stride_bytes in _misaligned_row_strides(problem):
         phases = max(phases, VECTOR_BYTES // _alignment(stride_bytes))
     return phases
 
@@ -185,7 +185,7 @@ def k_phase_counts(problem: Problem) -> tuple[int, ...]:
 def phase_vector_bytes(problem: Problem, k_phases: int) -> int:
     """Width (bytes) of the loads of the operands K phases shift (`shifted_operands`): the
     largest power of two (at most 16) dividing k_phases row strides, over those operands."""
-    widths = [_alignment(k_phases * stride_bytes) for stride_bytes in _misaligned_rows_along_k(problem)]
+    widths = [_alignment(k_phases * stride_bytes) for stride_bytes in _misaligned_row_strides(problem)]
     return min(widths, default=VECTOR_BYTES)
 
 
@@ -195,6 +195,12 @@ def shifted_operands(problem: Problem, config: Config) -> tuple[bool, bool]:
     run along K with a row stride that is not a multiple of 16 bytes."""
     if config.k_phases == 1:
         return False, False
+    return misaligned_rows_along_k(problem)
+
+
+def misaligned_rows_along_k(problem: Problem) -> tuple[bool, bool]:
+    """Whether A (B) is stored with its rows along K and a row stride that is not a multiple of
+    16 bytes: the operands K phases shift."""
     return tuple(
         along_k and (stride * problem.operand_bytes) % VECTOR_BYTES != 0
         for along_k, stride in zip(rows_along_k(problem), (problem.a_row_stride, problem.b_row_stride))
@@ -212,7 +218,7 @@ def phase_major_a(problem: Problem, config: Config) -> bool:
 def phase_columns(problem: Problem, k_phases: int, block_k: int) -> int:
     """Columns of one phase's block in the phase-major copy of A: ⌈K / k_phases⌉ rounded up to
     whole K blocks (zeros past K), so the kernel loads it without a K mask, and every block starts
-    on a 16-byte boundary (block_k ≥ 16)."""
+    on a 16-byte boundary (block_k ≥ 16). Also element-wise on integer arrays of counts and blocks."""
     phase_rows = -(-problem.k // k_phases)
     return -(-phase_rows // block_k) * block_k
 
@@ -222,7 +228,7 @@ def _alignment(stride_bytes: int) -> int:
     return min(VECTOR_BYTES, stride_bytes & -stride_bytes) if stride_bytes else VECTOR_BYTES
 
 
-def _misaligned_rows_along_k(problem: Problem) -> list[int]:
+def _misaligned_row_strides(problem: Problem) -> list[int]:
     """Row strides (bytes) of the operands stored with their rows along K whose rows do not start
     on 16-byte boundaries."""
     return [stride * problem.operand_bytes
