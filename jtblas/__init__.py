@@ -1,11 +1,11 @@
 """jtblas: fast GEMM for JAX by Triton kernels whose meta-parameters come from an analytical model."""
 
-from jtblas.config import Config, Problem
+from jtblas.config import ACTIVATIONS, Config, Problem
 from jtblas.contraction import dot_general
 from jtblas.ops import matmul
 from jtblas.selection import candidates, explain, select
 
-__all__ = ["Config", "Problem", "candidates", "dot_general", "explain", "matmul", "nn", "select"]
+__all__ = ["ACTIVATIONS", "Config", "Problem", "candidates", "dot_general", "explain", "matmul", "nn", "select"]
 __version__ = "0.1.0"
 
 

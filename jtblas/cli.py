@@ -3,6 +3,7 @@
     jtblas explain 4096 4096 4096 --dtype bf16 --layout NN --gpu h200 --top 10
     jtblas explain 128 128 64 --layout NT --batch 4096        # attention scores over batch x heads
     jtblas explain 16 12288 4096 --profile ~/.cache/jtblas/profiles/nvidia-h200-570.124.06.json
+    jtblas explain 4096 14336 4096 --b-dtype fp32 --bias fp32 --activation gelu_tanh --residual bf16
     jtblas bench ...          (arguments of jtblas.bench.cli)
     jtblas calibrate [--out FILE] [--quick] [--fit-constants]   (measures a hardware profile)
 """
@@ -16,6 +17,13 @@ import sys
 PROGRAM = "jtblas"
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 LAYOUTS = ("NN", "NT", "TN", "TT")
+
+
+def _dtype_key(text: str) -> str:
+    """A --dtype-style name, or "" (an epilogue flag given alone: argparse converts its const too)."""
+    if text and text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(sorted(DTYPES))})")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -36,6 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jtblas.config import ACTIVATIONS
     from jtblas.hardware import BUILTIN
     from jtblas.model.explain import legend
 
@@ -51,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("m", type=_positive_int, metavar="M")
     explain.add_argument("n", type=_positive_int, metavar="N")
     explain.add_argument("k", type=_positive_int, metavar="K")
-    explain.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="operand dtype (default bf16)")
+    explain.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
+                         help="operand dtype, A's where --b-dtype differs (default bf16)")
+    explain.add_argument("--b-dtype", choices=sorted(DTYPES), default=None,
+                         help="B's stored dtype (default: --dtype); the kernel converts it in registers and "
+                              "computes in the narrower dtype")
     explain.add_argument("--out-dtype", choices=sorted(DTYPES), default=None,
                          help="output dtype (default: the operand dtype)")
     explain.add_argument("--layout", choices=LAYOUTS, type=str.upper, default="NN",
@@ -67,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--top", type=_positive_int, default=10, help="rows of the table (default 10)")
     explain.add_argument("--batch", type=_positive_int, default=1,
                          help="independent products in one launch (vmap, batched dot_general; default 1)")
+    explain.add_argument("--bias", type=_dtype_key, nargs="?", const="", default=None, metavar="DTYPE",
+                         help="a fused bias [N] (its dtype; default: --dtype's)")
+    explain.add_argument("--activation", choices=ACTIVATIONS, default=None,
+                         help="a fused activation after the bias")
+    explain.add_argument("--residual", type=_dtype_key, nargs="?", const="", default=None,
+                         metavar="DTYPE", help="a fused residual [M, N] added last (its dtype; default: --dtype's)")
 
     commands.add_parser("bench", help="benchmarks (jtblas.bench); `jtblas bench --help` for its options",
                         add_help=False)
@@ -107,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from jtblas import selection
 
+    def epilogue_dtype(value: str | None) -> str | None:  # "" (the flag alone): --dtype's
+        return None if value is None else DTYPES[value or args.dtype]
+
     try:
         result = selection.explain(
             args.m, args.n, args.k, dtype=DTYPES[args.dtype],
@@ -114,6 +136,8 @@ def _explain(args: argparse.Namespace) -> int:
             transpose_a=args.layout[0] == "T", transpose_b=args.layout[1] == "T",
             precision="highest" if args.precision == "highest" else None,
             hardware=_profile_path(args.profile) if args.profile is not None else args.gpu, batch=args.batch,
+            b_dtype=None if args.b_dtype is None else DTYPES[args.b_dtype], bias_dtype=epilogue_dtype(args.bias),
+            activation=args.activation, residual_dtype=epilogue_dtype(args.residual),
         )
     except (ValueError, TypeError) as error:  # everything explain is given comes from the user
         print(f"{PROGRAM} explain: error: {error}", file=sys.stderr)

@@ -13,6 +13,12 @@ import re
 OPERAND_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Output dtypes the kernel can store (the fp32 accumulator is cast to one of these).
 OUTPUT_DTYPE_BYTES = dict(OPERAND_DTYPE_BYTES)
+# Dtypes of the epilogue's bias and residual (read, converted to fp32, added to the accumulator).
+EPILOGUE_DTYPE_BYTES = dict(OPERAND_DTYPE_BYTES)
+# The activations the kernel's epilogue applies to the fp32 accumulator (after the bias, before
+# the residual): max(x, 0); GELU's tanh approximation and its exact erf form
+# (`jax.nn.gelu(approximate=True / False)`); x · sigmoid(x).
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu", "silu")
 
 VALID_NUM_WARPS = (1, 2, 4, 8, 16)
 # tl.dot needs every block dimension to be at least 16 (an mma instruction's K and N).
@@ -27,6 +33,20 @@ _SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?(?:
 # Most K phases (`Config.k_phases`): 16 bytes of the narrowest operand dtype (2 bytes) is 8 rows'
 # worth of misalignment at most.
 MAX_K_PHASES = 8
+
+
+def compute_dtype_name(a_dtype: str, b_dtype: str, input_precision: str = "tf32") -> str:
+    """The dtype the kernel multiplies operands stored in `a_dtype` and `b_dtype` in: theirs when
+    they share one; else the narrower one's (bf16 activations x an fp32 weight run on bf16 tensor
+    cores, as Flax's `Dense(dtype=jnp.bfloat16)` computes), and fp32 where both are 16-bit
+    (fp16 x bf16) or the input precision is "ieee" (HIGHEST: the narrow operand converted
+    exactly, full fp32 products)."""
+    if a_dtype == b_dtype:
+        return a_dtype
+    narrow = [name for name in (a_dtype, b_dtype) if OPERAND_DTYPE_BYTES[name] == 2]
+    if len(narrow) != 1 or input_precision == "ieee":
+        return "float32"
+    return narrow[0]
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -134,7 +154,10 @@ class Problem:
 
     Attributes:
       m, n, k: problem sizes (elements), each ≥ 1.
-      dtype: operand dtype name (`"bfloat16"`, `"float16"` or `"float32"`).
+      dtype: the compute dtype name (`"bfloat16"`, `"float16"` or `"float32"`): the operands'
+        dtype, the one the tensor cores (or FMA units) multiply in.
+      a_dtype, b_dtype: the dtype A (B) is stored in, where it is not `dtype` ("": it is): the
+        kernel loads it as stored and converts it to `dtype` in registers.
       out_dtype: output dtype name.
       transpose_a: A is stored as [K, M] row-major (read through strides).
       transpose_b: B is stored as [N, K] row-major.
@@ -144,6 +167,11 @@ class Problem:
         dense. Only a repacked problem (`jtblas.model.repack`) has padded rows.
       batch: independent products of these sizes run by one launch (its grid's batch axis), each
         with its own A, B and C (`vmap`, batched `dot_general`); 1 (the default) is one product.
+      bias_dtype: the dtype of a bias [N] added to every row of the fp32 product ("": none).
+      activation: one of `ACTIVATIONS` applied after the bias ("": none).
+      residual_dtype: the dtype of a residual [M, N] added last, before the cast to `out_dtype`
+        ("": none). The bias, activation and residual are the kernel's epilogue: applied to the
+        fp32 accumulator in the same launch (in the split-K reduction where K is split).
     """
 
     m: int
@@ -157,6 +185,11 @@ class Problem:
     lda: int = 0
     ldb: int = 0
     batch: int = 1
+    bias_dtype: str = ""
+    activation: str = ""
+    residual_dtype: str = ""
+    a_dtype: str = ""
+    b_dtype: str = ""
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch"):
@@ -173,6 +206,18 @@ class Problem:
             raise ValueError(
                 f"Problem.input_precision must be one of {INPUT_PRECISIONS}, got {self.input_precision!r}"
             )
+        for name in ("a_dtype", "b_dtype"):
+            value = getattr(self, name)
+            if value and (value not in OPERAND_DTYPE_BYTES or value == self.dtype):
+                raise ValueError(f"Problem.{name} must be '' (stored as dtype) or another of "
+                                 f"{sorted(OPERAND_DTYPE_BYTES)} than dtype={self.dtype!r}, got {value!r}")
+        for name in ("bias_dtype", "residual_dtype"):
+            value = getattr(self, name)
+            if value and value not in EPILOGUE_DTYPE_BYTES:
+                raise ValueError(
+                    f"Problem.{name} must be '' (none) or one of {sorted(EPILOGUE_DTYPE_BYTES)}, got {value!r}")
+        if self.activation and self.activation not in ACTIVATIONS:
+            raise ValueError(f"Problem.activation must be '' (none) or one of {ACTIVATIONS}, got {self.activation!r}")
         for name, dense in (("lda", self.m if self.transpose_a else self.k),
                             ("ldb", self.k if self.transpose_b else self.n)):
             value = getattr(self, name)
@@ -200,9 +245,45 @@ class Problem:
         return OPERAND_DTYPE_BYTES[self.dtype]
 
     @property
+    def a_bytes(self) -> int:
+        """Bytes per element of A as stored."""
+        return OPERAND_DTYPE_BYTES[self.a_dtype or self.dtype]
+
+    @property
+    def b_bytes(self) -> int:
+        """Bytes per element of B as stored."""
+        return OPERAND_DTYPE_BYTES[self.b_dtype or self.dtype]
+
+    @property
+    def casts(self) -> bool:
+        """Whether an operand is stored in another dtype than the compute dtype."""
+        return bool(self.a_dtype or self.b_dtype)
+
+    @property
     def out_bytes(self) -> int:
         """Bytes per output element."""
         return OUTPUT_DTYPE_BYTES[self.out_dtype]
+
+    @property
+    def bias_bytes(self) -> int:
+        """Bytes per bias element (0 without a bias)."""
+        return EPILOGUE_DTYPE_BYTES[self.bias_dtype] if self.bias_dtype else 0
+
+    @property
+    def residual_bytes(self) -> int:
+        """Bytes per residual element (0 without a residual)."""
+        return EPILOGUE_DTYPE_BYTES[self.residual_dtype] if self.residual_dtype else 0
+
+    @property
+    def has_epilogue(self) -> bool:
+        """Whether the product has a bias, an activation or a residual."""
+        return bool(self.bias_dtype or self.activation or self.residual_dtype)
+
+    def epilogue_short(self) -> str:
+        """The epilogue in words, e.g. ` +bias(bfloat16) gelu +residual(float32)` ('' without one)."""
+        parts = [f"+bias({self.bias_dtype})" if self.bias_dtype else "", self.activation,
+                 f"+residual({self.residual_dtype})" if self.residual_dtype else ""]
+        return "".join(f" {part}" for part in parts if part)
 
     @property
     def flops(self) -> int:
@@ -211,7 +292,9 @@ class Problem:
 
     def short(self) -> str:
         """A compact one-line name, e.g. `4096x4096x4096 bfloat16 NN` (`4096 x 64x64x4096 ...` for
-        a batch of 4096 products)."""
+        a batch of 4096 products, ` b=float32` for a B stored in fp32, then the epilogue)."""
         padded = "".join(f" {name}={value}" for name, value in (("lda", self.lda), ("ldb", self.ldb)) if value)
         batch = f"{self.batch} x " if self.batch > 1 else ""
-        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{padded}"
+        stored = "".join(f" {name}={value}" for name, value in (("a", self.a_dtype), ("b", self.b_dtype)) if value)
+        return (f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{stored}{padded}"
+                f"{self.epilogue_short()}")

@@ -1,9 +1,16 @@
 """Flax layers whose products run on jtblas: `Dense` (flax.linen) and `Linear` (flax.nnx).
 
-Each subclasses Flax's own layer and only changes the default `dot_general` to
-`jtblas.dot_general`, so class names, arguments, defaults, parameter names and shapes are
-Flax's: checkpoints move between `flax.linen.Dense` and `jtblas.nn.Dense` (and between
-`flax.nnx.Linear` and `jtblas.nn.Linear`) unchanged.
+Each subclasses Flax's own layer, with `jtblas.dot_general` as the default `dot_general` and one
+more attribute, `activation` (default None), so class names, arguments, defaults, parameter names
+and shapes are Flax's: checkpoints move between `flax.linen.Dense` and `jtblas.nn.Dense` (and
+between `flax.nnx.Linear` and `jtblas.nn.Linear`) unchanged.
+
+With the default `dot_general` and `promote_dtype`, a layer is one fused `jtblas.matmul`: the
+bias and the activation run in the kernel's epilogue (no pass over the output), and a kernel
+stored in a wider dtype than the computation's (an fp32 kernel, `dtype=jnp.bfloat16`) is read as
+stored and converted in registers (no converted copy; its gradient comes back in fp32). The
+values are Flax's computation in `dtype` (the kernel rounded to it), except that the bias is added
+to the fp32 product before the one rounding to `dtype`, where Flax rounds the product first.
 """
 
 from __future__ import annotations
@@ -12,25 +19,66 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import linen, nnx
+from flax.linen.dtypes import promote_dtype
 from flax.nnx.nn import dtypes
 from flax.nnx.nn.linear import default_bias_init, default_kernel_init
 from flax.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, PromoteDtypeFn
 
+from jtblas.config import ACTIVATIONS, OPERAND_DTYPE_BYTES
 from jtblas.contraction import dot_general
+from jtblas.epilogue import ACTIVATION_FUNCTIONS
+from jtblas.ops import compute_dtype, is_static_dim, matmul
 
 __all__ = ["Dense", "Linear"]
+
+
+def _check_activation(activation: Any) -> None:
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"jtblas.nn: activation must be None or one of {ACTIVATIONS}, got {activation!r}")
+
+
+def _fused(inputs: Any, kernel: Any, bias: Any, *, dtype: Any, precision: Any, activation: str | None,
+           preferred_element_type: Any = None) -> Any:
+    """activation(inputs · kernel + bias) as one `jtblas.matmul` in Flax's computation dtype (the
+    promoted dtype of the three, or `dtype`), or None where the kernel cannot run it (a dtype it
+    does not take, a symbolic or empty shape): the caller then runs Flax's own computation."""
+    arrays = [x for x in (inputs, kernel, bias) if x is not None]
+    if not all(hasattr(x, "dtype") and all(is_static_dim(d) for d in jnp.shape(x)) for x in arrays):
+        return None
+    dtype = jnp.dtype(dtype if dtype is not None else jnp.result_type(*arrays))
+    out_dtype = jnp.dtype(preferred_element_type if preferred_element_type is not None else dtype)
+    if (dtype.name not in OPERAND_DTYPE_BYTES or out_dtype.name not in OPERAND_DTYPE_BYTES
+            or any(jnp.dtype(x.dtype).name not in OPERAND_DTYPE_BYTES for x in arrays)
+            or inputs.ndim == 0 or 0 in inputs.shape):
+        return None
+    inputs = jnp.asarray(inputs, dtype)
+    # The kernel as stored where the product computes in `dtype` all the same (a wider kernel read
+    # and converted in registers); else converted here, as Flax does.
+    if compute_dtype(inputs, kernel, precision) != dtype:
+        kernel = jnp.asarray(kernel, dtype)
+    flat = inputs.reshape(1, -1) if inputs.ndim == 1 else inputs
+    y = matmul(flat, kernel, bias=bias, activation=activation, precision=precision, preferred_element_type=out_dtype)
+    return y.reshape(*inputs.shape[:-1], kernel.shape[-1])
+
+
+def _unfused_activation(y: Any, activation: str | None) -> Any:
+    return y if activation is None else ACTIVATION_FUNCTIONS[activation](y)
 
 
 class Dense(linen.Dense):
     """A linear transformation applied over the last dimension of the input, by jtblas.
 
-    ``flax.linen.Dense`` with ``dot_general=jtblas.dot_general``: same attributes, defaults and
-    parameters (``kernel`` [in, out], ``bias`` [out]), so a ``flax.linen.Dense`` checkpoint loads
-    as is. The product runs jtblas's Triton kernel (fp32 accumulation, model-chosen tiles) and its
-    gradients are jtblas GEMMs too; inputs it does not cover (e.g. float64) use
-    ``jax.lax.dot_general``.
+    ``flax.linen.Dense`` with ``dot_general=jtblas.dot_general`` and an optional activation:
+    same attributes, defaults and parameters (``kernel`` [in, out], ``bias`` [out]), so a
+    ``flax.linen.Dense`` checkpoint loads as is. With the default ``dot_general`` and
+    ``promote_dtype`` the layer is one ``jtblas.matmul`` with the bias and activation in its
+    epilogue and the kernel read as stored (module doc); its gradients are jtblas GEMMs too.
+    Inputs the kernel does not cover (e.g. float64) use Flax's computation with
+    ``jax.lax.dot_general``, and a custom ``dot_general``, ``dot_general_cls`` or
+    ``promote_dtype`` is Flax's computation with it (the activation applied after).
 
     Example usage::
 
@@ -55,17 +103,50 @@ class Dense(linen.Dense):
       dot_general: the dot product function (default: ``jtblas.dot_general``).
       dot_general_cls: a class instantiated to get the dot product function; takes precedence
         over ``dot_general`` (default: None).
+      activation: None or one of ``jtblas.ACTIVATIONS`` ("relu", "gelu_tanh", "gelu", "silu"),
+        applied to the output (default: None).
     """
 
     dot_general: DotGeneralT | None = dot_general
+    activation: str | None = None
+
+    @linen.compact
+    def __call__(self, inputs: Any) -> Any:
+        """Applies the linear transformation (and the activation) along the last dimension.
+
+        Args:
+          inputs: The nd-array to be transformed.
+
+        Returns:
+          The transformed input.
+        """
+        _check_activation(self.activation)
+        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features), self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        if self.dot_general is dot_general and self.dot_general_cls is None and self.promote_dtype is promote_dtype:
+            y = _fused(inputs, kernel, bias, dtype=self.dtype, precision=self.precision, activation=self.activation)
+            if y is not None:
+                return y
+        # Flax's computation (`flax.linen.Dense.__call__`), then the activation.
+        inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        if self.dot_general_cls is not None:
+            product = self.dot_general_cls()
+        else:
+            product = self.dot_general or jax.lax.dot_general
+        y = product(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=self.precision)
+        if bias is not None:
+            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        return _unfused_activation(y, self.activation)
 
 
 class Linear(nnx.Linear):
     """A linear transformation applied over the last dimension of the input, by jtblas.
 
-    ``flax.nnx.Linear`` with ``dot_general=jtblas.dot_general``: same arguments, defaults and
-    parameters (``kernel`` [in_features, out_features], ``bias`` [out_features]), so its state
-    is interchangeable with ``flax.nnx.Linear``'s.
+    ``flax.nnx.Linear`` with ``dot_general=jtblas.dot_general`` and an optional activation:
+    same arguments, defaults and parameters (``kernel`` [in_features, out_features], ``bias``
+    [out_features]), so its state is interchangeable with ``flax.nnx.Linear``'s. With the default
+    ``dot_general`` and ``promote_dtype`` (and no ``out_sharding``) a call is one fused
+    ``jtblas.matmul`` (module doc); otherwise Flax's computation, then the activation.
 
     Example usage::
 
@@ -94,6 +175,7 @@ class Linear(nnx.Linear):
       rngs: rng key (keyword only, required).
       kernel_metadata: metadata set on the kernel ``Param`` (default: empty).
       bias_metadata: metadata set on the bias ``Param`` (default: empty).
+      activation: None or one of ``jtblas.ACTIVATIONS``, applied to the output (default: None).
     """
 
     def __init__(
@@ -113,7 +195,9 @@ class Linear(nnx.Linear):
         rngs: nnx.Rngs,
         kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
         bias_metadata: Mapping[str, Any] = MappingProxyType({}),
+        activation: str | None = None,
     ):
+        _check_activation(activation)
         super().__init__(
             in_features,
             out_features,
@@ -130,3 +214,24 @@ class Linear(nnx.Linear):
             kernel_metadata=kernel_metadata,
             bias_metadata=bias_metadata,
         )
+        self.activation = activation
+
+    def __call__(self, inputs: Any, out_sharding: Any = None) -> Any:
+        """Applies the linear transformation (and the activation) along the last dimension.
+
+        Args:
+          inputs: The nd-array to be transformed.
+          out_sharding: an output sharding, passed to ``dot_general`` (Flax's computation).
+
+        Returns:
+          The transformed input.
+        """
+        if (out_sharding is None and self.dot_general is dot_general
+                and self.promote_dtype is dtypes.promote_dtype):
+            kernel = self.kernel[...]
+            bias = self.bias[...] if self.bias is not None else None
+            y = _fused(inputs, kernel, bias, dtype=self.dtype, precision=self.precision, activation=self.activation,
+                       preferred_element_type=self.preferred_element_type)
+            if y is not None:
+                return y
+        return _unfused_activation(super().__call__(inputs, out_sharding=out_sharding), self.activation)

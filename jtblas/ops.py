@@ -21,14 +21,22 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch, partitioning, sharding
-from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
-from jtblas.kernels.matmul import matmul_kernel
+from jtblas.epilogue import ACTIVATION_FUNCTIONS, epilogue_reference
+from jtblas.config import (
+    ACTIVATIONS,
+    EPILOGUE_DTYPE_BYTES,
+    OPERAND_DTYPE_BYTES,
+    Config,
+    Problem,
+    compute_dtype_name,
+)
+from jtblas.kernels.matmul import matmul_epilogue_kernel, matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
     GLOBAL_SCRATCH_BYTES,
     matmul_tma_kernel,
 )
-from jtblas.kernels.reduce import sum_splits_kernel
+from jtblas.kernels.reduce import sum_splits_epilogue_kernel, sum_splits_kernel
 from jtblas.model import repack, resources
 from jtblas.precision import input_precision
 
@@ -64,6 +72,9 @@ def matmul(
     a: jax.Array,
     b: jax.Array,
     *,
+    bias: jax.Array | None = None,
+    activation: str | None = None,
+    residual: jax.Array | None = None,
     transpose_a: bool = False,
     transpose_b: bool = False,
     precision: Any = None,
@@ -71,12 +82,18 @@ def matmul(
     config: Config | None = None,
     deterministic: bool = True,
 ) -> jax.Array:
-    """C = op(a) · op(b) by jtblas's Triton kernel, with fp32 accumulation.
+    """C = activation(op(a) · op(b) + bias) + residual by jtblas's Triton kernel, with fp32
+    accumulation.
 
     Args:
       a: [..., M, K] (or [..., K, M] with `transpose_a`); leading dims fold into M. With
         `transpose_a`, `a` must be 2-D.
       b: [K, N] (or [N, K] with `transpose_b`).
+      bias: None or [N] (fp32, fp16 or bf16), added to every row of the fp32 product.
+      activation: None or one of `jtblas.ACTIVATIONS`: "relu", "gelu_tanh" (`jax.nn.gelu`'s
+        default tanh approximation), "gelu" (exact, with erf), "silu"; applied after the bias.
+      residual: None or an array of the result's shape ([..., M, N], or [M, N] with the leading
+        dims folded; fp32, fp16 or bf16), added last.
       transpose_a, transpose_b: the operand is stored transposed; it is read through strides,
         never transposed (see Repacking for the one copy the model may make).
       precision: `jax.lax.Precision` (or a pair, or a string) for fp32 operands: DEFAULT/HIGH/None
@@ -94,12 +111,22 @@ def matmul(
       [..., M, N] in `preferred_element_type`, named `"jtblas_matmul"` for `jax.checkpoint`
       policies (`jax.checkpoint_policies.save_only_these_names("jtblas_matmul")`).
 
+    Epilogue: the bias, activation and residual are applied to the fp32 accumulator inside the
+    product's launch (in the split-K reduction where the model splits K, after the sum), then
+    the result is cast once to the output dtype: no pass over the output, no rounding between
+    the steps. Under `jit` with sharded operands (several devices) the kernel computes the product
+    and XLA applies the epilogue after it (after the cross-device sum of a K-sharded product).
+
     Transformations: reverse-mode autodiff (`grad`, `vjp`) runs dx = g·op(b)ᵀ and
     dw = op(a)ᵀ·g as two more jtblas GEMMs that read the transposes through strides, each with
     its own model-chosen config (a forced `config` applies to the forward product only); the
     cotangent g is cast to the operands' dtype first and the gradients come back in the operands'
     dtypes. `vmap` launches the kernel's batch grid axis (or folds a batched `a` into M).
-    Forward-mode (`jvp`, `jacfwd`) is not supported.
+    Forward-mode (`jvp`, `jacfwd`) is not supported. With an epilogue, the residual's cotangent is
+    g itself; with an activation the backward pass recomputes the pre-activation op(a)·op(b) + bias
+    (one more jtblas GEMM, fp32 output, nothing saved from the forward pass) and multiplies g by
+    the activation's derivative there, in fp32; the bias's cotangent is that product's column
+    sum. Every cotangent comes back in its input's dtype.
 
     Repacking: where an operand's rows or K are misaligned (narrow vector loads), the model may
     copy A and/or B into zero-padded buffers (K and the leading dimension rounded up to 64) and run
@@ -110,30 +137,39 @@ def matmul(
     """
     problem, shape = problem_of_operands(
         a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
-        preferred_element_type=preferred_element_type,
+        preferred_element_type=preferred_element_type, bias=bias, activation=activation, residual=residual,
     )
     if config is not None and not isinstance(config, Config):
         raise TypeError(f"jtblas.matmul: config must be a jtblas.Config or None, got {type(config).__name__}")
     if problem is None:  # an empty product: no kernel to launch
         out_dtype = jnp.dtype(preferred_element_type or a.dtype)
-        return jnp.zeros(shape.out_shape, out_dtype)
+        zeros = jnp.zeros(shape.out_shape, jnp.float32)
+        return epilogue_reference(zeros, bias=bias, activation=activation or "", residual=residual).astype(out_dtype)
     if not isinstance(deterministic, bool):
         raise TypeError(f"jtblas.matmul: deterministic must be a bool, got {type(deterministic).__name__}")
     m, k = problem.m, problem.k
     static = _Static(
         transpose_a=problem.transpose_a, transpose_b=problem.transpose_b,
         input_precision=problem.input_precision, out_dtype=problem.out_dtype, config=config,
-        repack=_REPACK_MODE.get(), deterministic=deterministic,
+        repack=_REPACK_MODE.get(), deterministic=deterministic, activation=problem.activation,
+        bias_dtype=problem.bias_dtype, residual_dtype=problem.residual_dtype,
+        a_dtype=jnp.dtype(a.dtype).name, b_dtype=jnp.dtype(b.dtype).name, compute_dtype=problem.dtype,
     )
-    if _forward_mode(a, b):
+    if _forward_mode(a, b, bias, residual):
         raise TypeError(_NO_FORWARD_MODE)
     a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)  # free: dense row-major
-    # Under shard_map: both operands typed as varying over the union of their manual axes, the
+    residual2 = None if residual is None else residual.reshape(m, problem.n)  # free
+    # Under shard_map: the operands typed as varying over the union of their manual axes, the
     # custom_vjp traced inside jit (jtblas/sharding.py says why).
-    a2, b = sharding.match_varying(a2, b)
+    present = [x for x in (bias, residual2) if x is not None]
+    a2, b, *present = sharding.match_varying(a2, b, *present)
+    if bias is not None:
+        bias = present.pop(0)
+    if residual2 is not None:
+        residual2 = present.pop(0)
     gemm = _gemm_in_jit if sharding.in_shard_map() else _gemm
     try:
-        out = gemm(a2, b, static)
+        out = gemm(a2, b, bias, residual2, static)
     except TypeError as error:  # custom_vjp's own message, in cases _forward_mode cannot see
         if "forward-mode" in str(error):
             raise TypeError(_NO_FORWARD_MODE) from error
@@ -169,87 +205,124 @@ class _Static(NamedTuple):
     config: Config | None  # None: the model picks, per launch
     repack: str = "auto"  # repack_mode's override, read when `matmul` was traced
     deterministic: bool = True  # False: split-K may add partials with atomics
+    activation: str = ""  # the epilogue's activation ("": none)
+    bias_dtype: str = ""  # "": no bias
+    residual_dtype: str = ""  # "": no residual
+    a_dtype: str = ""  # the operands' stored dtypes, their cotangents' ("": the compute dtype)
+    b_dtype: str = ""
+    compute_dtype: str = ""  # the dtype the operands are multiplied in ("": a's)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _gemm(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
-    """op(a) · op(b) for 2-D operands: the differentiable product (custom_vjp outermost, the
-    custom_vmap launcher inside, as jax-triton has neither a JVP nor a batching rule)."""
-    return _batched_launcher(static)(a[None], b[None])[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _gemm(a: jax.Array, b: jax.Array, bias: jax.Array | None, residual: jax.Array | None,
+          static: _Static) -> jax.Array:
+    """activation(op(a) · op(b) + bias) + residual for 2-D operands (bias [N] and residual [M, N]
+    or None): the differentiable product (custom_vjp outermost, the custom_vmap launcher inside,
+    as jax-triton has neither a JVP nor a batching rule)."""
+    extras = [x[None] for x in (bias, residual) if x is not None]
+    launcher = _batched_launcher(static, bias is not None, residual is not None)
+    return launcher(a[None], b[None], *extras)[0]
 
 
-def _gemm_fwd(a: Any, b: Any, static: _Static) -> tuple[jax.Array, tuple[Any, Any]]:
-    # symbolic_zeros: `a` and `b` come as CustomVJPPrimal(value, perturbed). Only the residuals a
+def _gemm_fwd(a: Any, b: Any, bias: Any, residual: Any, static: _Static) -> tuple[jax.Array, tuple]:
+    # symbolic_zeros: the arrays come as CustomVJPPrimal(value, perturbed). Only the residuals a
     # gradient needs are kept: da needs b, db needs a (a data input, not perturbed, needs no da:
-    # one GEMM less per first layer).
-    out = _gemm(a.value, b.value, static)
-    return out, (a.value if b.perturbed else None, b.value if a.perturbed else None)
+    # one GEMM less per first layer); an activation's derivative needs a, b and the bias, from
+    # which the pre-activation is recomputed (nothing of size M x N is saved).
+    out = _gemm(a.value, b.value, None if bias is None else bias.value,
+                None if residual is None else residual.value, static)
+    pre = (a.value, b.value, None if bias is None else bias.value) if static.activation else None
+    return out, (a.value if b.perturbed else None, b.value if a.perturbed else None, pre)
 
 
-def _gemm_bwd(static: _Static, residuals: tuple[Any, Any], g: Any) -> tuple[Any, Any]:
-    """dx = g·op(b)ᵀ and dw = op(a)ᵀ·g, written for the stored layouts so that every operand is
-    read through strides: each is the public `matmul` with transpose flags and config=None."""
-    a, b = residuals
+def _gemm_bwd(static: _Static, residuals: tuple, g: Any) -> tuple[Any, Any, Any, Any]:
+    """dx = g'·op(b)ᵀ and dw = op(a)ᵀ·g', written for the stored layouts so that every operand is
+    read through strides: each is the public `matmul` with transpose flags and config=None. g' is
+    g times the activation's derivative at the recomputed pre-activation (g without one); the
+    bias's cotangent is g''s column sum, the residual's g itself, each in its input's dtype."""
+    a, b, pre = residuals
     if isinstance(g, jax.custom_derivatives.SymbolicZero):
-        return None, None
+        return None, None, None, None
+    d_residual = g.astype(static.residual_dtype) if static.residual_dtype else None
+    if static.activation:
+        # The pre-activation op(a)·op(b) + bias, recomputed by one more product (bias fused, fp32
+        # out), then g times the activation's derivative there, in fp32.
+        pre_a, pre_b, pre_bias = pre
+        value = matmul(pre_a, pre_b, bias=pre_bias, transpose_a=static.transpose_a,
+                       transpose_b=static.transpose_b,
+                       precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None,
+                       preferred_element_type=jnp.float32, deterministic=static.deterministic)
+        _, derivative = jax.vjp(ACTIVATION_FUNCTIONS[static.activation], value)
+        g = derivative(g.astype(jnp.float32))[0]
+    d_bias = jnp.sum(g.astype(jnp.float32), axis=0).astype(static.bias_dtype) if static.bias_dtype else None
+    da, db = _operand_cotangents(a, b, g, static)
+    return da, db, d_bias, d_residual
+
+
+def _operand_cotangents(a: Any, b: Any, g: jax.Array, static: _Static) -> tuple[Any, Any]:
+    """(da, db) of op(a)·op(b) for the cotangent g of the product: da where `b` is given, db
+    where `a` is."""
     ta, tb = static.transpose_a, static.transpose_b
-    dtype = (a if a is not None else b).dtype  # a and b share one dtype
-    # The kernel takes one operand dtype: g (in the output dtype) is cast to the operands' dtype,
-    # which keeps 16-bit tensor cores for mixed-precision training (a bf16 g is the usual choice).
-    g = g.astype(dtype)
+    compute = static.compute_dtype or (a if a is not None else b).dtype
+    # g (in the output dtype) is cast to the compute dtype, which keeps 16-bit tensor cores for
+    # mixed-precision training (a bf16 g is the usual choice); an operand stored in another dtype
+    # (an fp32 weight) is read as stored and converted in the kernel, and each gradient comes out
+    # in its operand's stored dtype.
+    g = g.astype(compute)
     gemm = functools.partial(
         matmul,
         precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None,
-        preferred_element_type=dtype,
         deterministic=static.deterministic,
     )
     da = db = None
     if b is not None:
+        a_dtype = static.a_dtype or compute
         if ta:  # a is stored [K, M]: da = (g·op(b)ᵀ)ᵀ = op(b)·gᵀ
-            da = gemm(b, g, transpose_a=tb, transpose_b=True)
+            da = gemm(b, g, transpose_a=tb, transpose_b=True, preferred_element_type=a_dtype)
         else:  # da = g·op(b)ᵀ; b stored [N, K] (tb) is op(b)ᵀ already
-            da = gemm(g, b, transpose_b=not tb)
+            da = gemm(g, b, transpose_b=not tb, preferred_element_type=a_dtype)
     if a is not None:
+        b_dtype = static.b_dtype or compute
         if tb:  # b is stored [N, K]: db = (op(a)ᵀ·g)ᵀ = gᵀ·op(a)
-            db = gemm(g, a, transpose_a=True, transpose_b=ta)
+            db = gemm(g, a, transpose_a=True, transpose_b=ta, preferred_element_type=b_dtype)
         else:  # db = op(a)ᵀ·g; a stored [K, M] (ta) is op(a)ᵀ already
-            db = gemm(a, g, transpose_a=not ta)
+            db = gemm(a, g, transpose_a=not ta, preferred_element_type=b_dtype)
     return da, db
 
 
 _gemm.defvjp(_gemm_fwd, _gemm_bwd, symbolic_zeros=True)
-_gemm_in_jit = jax.jit(_gemm, static_argnums=2)
+_gemm_in_jit = jax.jit(_gemm, static_argnums=4)
 
 
 @functools.cache
-def _batched_launcher(static: _Static) -> Any:
-    """The kernel launch over a batch as a `custom_vmap` function of a [Ba, ., .] and b [Bb, ., .]
-    (each batch size 1, broadcast by a zero batch stride, or the common B) -> [B, M, N].
+def _batched_launcher(static: _Static, has_bias: bool = False, has_residual: bool = False) -> Any:
+    """The kernel launch over a batch as a `custom_vmap` function of a [Ba, ., .], b [Bb, ., .]
+    and, where the product has them, bias [Bc, N] and residual [Br, M, N] (each batch size 1,
+    broadcast, or the common B) -> [B, M, N].
 
     Its vmap rule merges the vmapped axis with the existing batch axis (a free reshape) and calls
     the launcher again, so nested vmaps flatten into one batch grid axis, never a Python loop.
     """
 
     @jax.custom_batching.custom_vmap
-    def launch_batched(a: jax.Array, b: jax.Array) -> jax.Array:
+    def launch_batched(a: jax.Array, b: jax.Array, *extras: jax.Array) -> jax.Array:
         # Under jit with sharded operands each device launches on its own blocks.
-        return partitioning.partitioned_launch(_launch_batched, a, b, static)
+        bias = extras[0] if has_bias else None
+        residual = extras[-1] if has_residual else None
+        return partitioning.partitioned_launch(_launch_batched, a, b, static, bias=bias, residual=residual)
 
     @launch_batched.def_vmap
-    def vmap_rule(axis_size: int, in_batched: list[bool], a: jax.Array, b: jax.Array):
-        a = a if in_batched[0] else a[None]  # [S or 1, Ba, ., .]
-        b = b if in_batched[1] else b[None]
-        inner = max(a.shape[1], b.shape[1])
-        a = _merge_batch_axes(a, axis_size, inner)
-        b = _merge_batch_axes(b, axis_size, inner)
-        out = launch_batched(a, b)
+    def vmap_rule(axis_size: int, in_batched: list[bool], a: jax.Array, b: jax.Array, *extras: jax.Array):
+        arrays = [x if batched else x[None] for x, batched in zip((a, b, *extras), in_batched)]  # [S or 1, B., ...]
+        inner = max(x.shape[1] for x in arrays)
+        out = launch_batched(*(_merge_batch_axes(x, axis_size, inner) for x in arrays))
         return out.reshape(axis_size, inner, *out.shape[1:]), True
 
     return launch_batched
 
 
 def _merge_batch_axes(x: jax.Array, outer: int, inner: int) -> jax.Array:
-    """[So, Bi, r, c] (So ∈ {1, outer}, Bi ∈ {1, inner}) -> [So·Bi, r, c] with So·Bi ∈ {1, outer·inner}.
+    """[So, Bi, ...] (So ∈ {1, outer}, Bi ∈ {1, inner}) -> [So·Bi, ...] with So·Bi ∈ {1, outer·inner}.
 
     The merge is a free reshape unless x is broadcast along one axis only while the other is a
     real batch (nested vmap over different operands): one stride cannot describe that, so x is
@@ -260,31 +333,43 @@ def _merge_batch_axes(x: jax.Array, outer: int, inner: int) -> jax.Array:
     return x.reshape(-1, *x.shape[2:])
 
 
-def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
-    """One kernel launch for a [Ba, ., .] and b [Bb, ., .] (Ba, Bb ∈ {1, B}) -> [B, M, N]."""
+def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Array | None = None,
+                    residual: jax.Array | None = None) -> jax.Array:
+    """One product's launches for a [Ba, ., .], b [Bb, ., .], bias [Bc, N], residual [Br, M, N]
+    (each batch 1 or B; bias and residual None without them) -> [B, M, N]."""
     batch_a, batch_b = a.shape[0], b.shape[0]
-    batch = max(batch_a, batch_b)
+    batch = max(batch_a, batch_b, *(x.shape[0] for x in (bias, residual) if x is not None))
     rows, cols = a.shape[1:]
     m, k = (cols, rows) if static.transpose_a else (rows, cols)
     n = b.shape[1] if static.transpose_b else b.shape[2]
     out_dtype = jnp.dtype(static.out_dtype)
     if batch == 0:
         return jnp.zeros((0, m, n), out_dtype)
-    if batch_b == 1 and batch_a > 1 and not static.transpose_a:
-        # Only `a` is batched and stored [Ba, M, K]: the batch folds into M (a free reshape), one
-        # larger GEMM instead of a batch of small ones.
-        out = _launch_batched(a.reshape(1, batch_a * m, k), b, static)
+    if batch_b == 1 and batch_a > 1 and not static.transpose_a and (bias is None or bias.shape[0] == 1):
+        # Only `a` is batched (the residual too, or broadcast) and stored [Ba, M, K]: the batch
+        # folds into M (a free reshape), one larger GEMM instead of a batch of small ones.
+        if residual is not None:
+            residual = jnp.broadcast_to(residual, (batch_a, m, n)).reshape(1, batch_a * m, n)
+        out = _launch_batched(a.reshape(1, batch_a * m, k), b, static, bias=bias, residual=residual)
         return out.reshape(batch_a, m, n)
+    compute = static.compute_dtype or jnp.dtype(a.dtype).name
+    a_dtype, b_dtype = stored_dtypes(a, b, compute)
     problem = Problem(
-        m=m, n=n, k=k, dtype=jnp.dtype(a.dtype).name, out_dtype=static.out_dtype,
+        m=m, n=n, k=k, dtype=compute, out_dtype=static.out_dtype,
         transpose_a=static.transpose_a, transpose_b=static.transpose_b,
         input_precision=static.input_precision, batch=batch,
+        bias_dtype=static.bias_dtype, activation=static.activation, residual_dtype=static.residual_dtype,
+        a_dtype=a_dtype, b_dtype=b_dtype,
     )
     config = static.config
     hw = launch_hardware([a, b])
     if config is None:
         plan = repack.plan_for_problem(problem, hw, static.repack)
         problem, config = plan.kernel_problem, plan.config
+        if plan.convert_a:  # converted first: the model predicts it faster than in the kernel
+            a = a.astype(problem.dtype)
+        if plan.convert_b:
+            b = b.astype(problem.dtype)
         if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
             b = jnp.swapaxes(b, 1, 2)
     else:  # checked here, per launched problem: batching may have folded more rows into M
@@ -294,14 +379,21 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static) -> jax.Array:
         check_config(config, problem, hw)
     # Repacking: copy A and/or B into zero-padded buffers [batch, rows, row stride] (at most the
     # padded operand sizes; K's zeros leave the fp32 sums unchanged). A padded M or N (a copied
-    # operand's contiguous axis) pads C too, sliced back to the caller's shape.
+    # operand's contiguous axis) pads C too, sliced back to the caller's shape, and the bias and
+    # residual with it.
     a = _pad_to(a, repack.stored_shape(problem, "a"))
     b = _pad_to(b, repack.stored_shape(problem, "b"))
+    # The epilogue's arrays as the kernels read them: one bias [N] per batch entry, the residual
+    # laid out as C (broadcast copies only where vmap batched the operands and not them).
+    if bias is not None:
+        bias = _pad_to(jnp.broadcast_to(bias, (batch, n))[:, None], (1, problem.n))[:, 0]
+    if residual is not None:
+        residual = _pad_to(jnp.broadcast_to(residual, (batch, m, n)), (problem.m, problem.n))
     # Batch stride 0 broadcasts an operand that is not batched.
     strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0,
                problem.m * problem.n)
     out = _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides,
-                       deterministic=static.deterministic, hw=hw)
+                       deterministic=static.deterministic, hw=hw, bias=bias, residual=residual)
     return out if (problem.m, problem.n) == (m, n) else out[:, :m, :n]
 
 
@@ -377,7 +469,7 @@ def launch_spec(
     )
     # 16 bytes' worth of elements is all a vector load or store can use.
     out_bytes = 4 if split > 1 else problem.out_bytes  # the split-K workspace is fp32
-    limit = 16 // min(problem.operand_bytes, out_bytes)
+    limit = 16 // min(problem.a_bytes, problem.b_bytes, out_bytes)
     units = {name: divisibility_unit(value, limit) for name, value in sizes_and_strides.items()}
     units["STRIDE_CN"] = 1  # always 1: the compiler specialises it to the constant
     return LaunchSpec(
@@ -402,6 +494,9 @@ def launch_spec(
             PHASE_MAJOR_A=phase_major,
             TILE_M_UNIT=vector if shift_a else units["M"],
             TILE_N_UNIT=vector if shift_b else units["N"],
+            CAST_A=problem.dtype if problem.a_dtype else "",
+            CAST_B=problem.dtype if problem.b_dtype else "",
+            ROUND_ONLY=False,
         ),
     )
 
@@ -500,6 +595,8 @@ def _launch_gemm(
     batch_strides: tuple[int, int, int] = (0, 0, 0),
     deterministic: bool = True,
     hw: hardware.Hardware | None = None,
+    bias: jax.Array | None = None,
+    residual: jax.Array | None = None,
 ) -> jax.Array:
     """The product by `matmul_kernel` (`matmul_tma_kernel` for a `config.tma`, sized for `hw`):
     [M, N] for 2-D operands, [batch, M, N] for 3-D ones.
@@ -510,10 +607,15 @@ def _launch_gemm(
     `deterministic`, the splits add their partials with fp32 atomics into a zeroed fp32
     [batch, M, N] buffer: that is C for an fp32 output (one launch), else `sum_splits_kernel`
     with one split casts it.
+
+    The problem's epilogue (`Problem.bias_dtype`, `activation`, `residual_dtype`; `bias`
+    [batch, N] and `residual` [batch, M, N]) runs in the launch that writes C:
+    `matmul_epilogue_kernel` without a split, `sum_splits_epilogue_kernel` after one (also after
+    the atomic split of an fp32 output, which then is not C yet).
     """
     if batch > MAX_GRID_YZ:
         return _launch_gemm_chunked(a, b, problem, config, batch=batch, batch_strides=batch_strides,
-                                    deterministic=deterministic, hw=hw)
+                                    deterministic=deterministic, hw=hw, bias=bias, residual=residual)
     split = config.k_slices
     atomic = split > 1 and not deterministic
     if resources.phase_major_a(problem, config):
@@ -524,34 +626,51 @@ def _launch_gemm(
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
     out_dtype = jnp.dtype(problem.out_dtype)
     fp32 = jnp.dtype(jnp.float32)
+    epilogue = dict(HAS_BIAS=bias is not None, ACTIVATION=problem.activation, HAS_RESIDUAL=residual is not None)
+    # Absent epilogue arrays are passed as A (never read: their loads are compiled out).
+    epilogue_args = [a if bias is None else bias, a if residual is None else residual]
     if split == 1:
         product_shape = jax.ShapeDtypeStruct(out_shape, out_dtype)
     elif atomic:
         product_shape = jax.ShapeDtypeStruct(out_shape, fp32)
     else:
         product_shape = jax.ShapeDtypeStruct((split * batch, problem.m, problem.n), fp32)
+    fused = split == 1 and problem.has_epilogue
+    if (fused or problem.casts) and config.tma:
+        raise ValueError(f"jtblas: the TMA kernel has no epilogue and converts no operand "
+                         f"({config.short()} on {problem.short()})")
+    metaparams = dict(spec.metaparams, **epilogue) if fused else spec.metaparams
+    if problem.casts and launch.target_platform([a, b])[0] == "cpu":
+        # Triton's interpreter multiplies bf16 tiles as raw bits (its bf16 operands arrive as
+        # fp32, `jtblas.interpreter`): the converted tiles are multiplied as fp32 there.
+        metaparams = dict(metaparams, ROUND_ONLY=True)
     product = launch.launch(
-        matmul_tma_kernel if config.tma else matmul_kernel,
+        matmul_tma_kernel if config.tma else matmul_epilogue_kernel if fused else matmul_kernel,
         grid=spec.grid,
-        args=[a, b, *spec.scalars],
+        args=[a, b, *(epilogue_args if fused else []), *spec.scalars],
         out_shape=product_shape,
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
-        metaparams=spec.metaparams,
+        metaparams=metaparams,
         zeroed_outputs=atomic,
         global_scratch=(GLOBAL_SCRATCH_BYTES, GLOBAL_SCRATCH_ALIGN) if config.tma else None,
     )
-    if split == 1 or (atomic and out_dtype == fp32):
+    if split == 1 or (atomic and out_dtype == fp32 and not problem.has_epilogue):
         return product
     reduction = sum_splits_spec(problem, config, batch=batch, atomic=atomic, hw=hw)
+    if problem.has_epilogue:
+        kernel, metaparams = sum_splits_epilogue_kernel, dict(reduction.metaparams, **epilogue)
+        args = [product, *epilogue_args, *reduction.scalars, problem.n, problem.m * problem.n]
+    else:
+        kernel, metaparams, args = sum_splits_kernel, reduction.metaparams, [product, *reduction.scalars]
     return launch.launch(
-        sum_splits_kernel,
+        kernel,
         grid=reduction.grid,
-        args=[product, *reduction.scalars],
+        args=args,
         out_shape=jax.ShapeDtypeStruct(out_shape, out_dtype),
         num_warps=reduction.num_warps,
         num_stages=reduction.num_stages,
-        metaparams=reduction.metaparams,
+        metaparams=metaparams,
     )
 
 
@@ -569,6 +688,7 @@ def phase_major_copy(a: jax.Array, problem: Problem, config: Config) -> jax.Arra
 def _launch_gemm_chunked(
     a: jax.Array, b: jax.Array, problem: Problem, config: Config, *, batch: int,
     batch_strides: tuple[int, int, int], deterministic: bool, hw: hardware.Hardware | None,
+    bias: jax.Array | None = None, residual: jax.Array | None = None,
 ) -> jax.Array:
     """`_launch_gemm` over a batch larger than the grid's batch axis holds (MAX_GRID_YZ): one
     launch per chunk of at most MAX_GRID_YZ entries, the results concatenated. The chunks' slices
@@ -580,8 +700,9 @@ def _launch_gemm_chunked(
         part_a = a[start:start + size] if batch_strides[0] else a
         part_b = b[start:start + size] if batch_strides[1] else b
         part = dataclasses.replace(problem, batch=size)
+        part_bias, part_residual = (None if x is None else x[start:start + size] for x in (bias, residual))
         chunks.append(_launch_gemm(part_a, part_b, part, config, batch=size, batch_strides=batch_strides,
-                                   deterministic=deterministic, hw=hw))
+                                   deterministic=deterministic, hw=hw, bias=part_bias, residual=part_residual))
     return jnp.concatenate(chunks, axis=0)
 
 
@@ -603,12 +724,15 @@ def problem_of_operands(
     transpose_b: bool,
     precision: Any,
     preferred_element_type: Any,
+    bias: Any = None,
+    activation: Any = None,
+    residual: Any = None,
 ) -> tuple[Problem | None, GemmShape]:
-    """Checks the operands; returns the kernel's `Problem` (None when M, N or K is 0) and the
-    sizes, with the batch shape that folds into M.
+    """Checks the operands and the epilogue's arguments; returns the kernel's `Problem` (None
+    when M, N or K is 0) and the sizes, with the batch shape that folds into M.
 
-    Raises TypeError for non-arrays and unsupported dtypes, ValueError for bad ranks and
-    mismatched contracting dimensions.
+    Raises TypeError for non-arrays and unsupported dtypes, ValueError for bad ranks and shapes,
+    mismatched contracting dimensions and unknown activations.
     """
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, (jax.Array, np.ndarray)):
@@ -627,7 +751,7 @@ def problem_of_operands(
         )
     if transpose_a and a.ndim != 2:
         raise ValueError(f"jtblas.matmul: transpose_a needs a 2-D a, got {a.shape=}")
-    dtype = _operand_dtype(a, b)
+    dtype = compute_dtype(a, b, precision)
     out_dtype = jnp.dtype(dtype if preferred_element_type is None else preferred_element_type)
     if out_dtype.name not in OPERAND_DTYPE_BYTES:
         raise TypeError(
@@ -647,14 +771,47 @@ def problem_of_operands(
     leading = () if transpose_a else tuple(a.shape[:-2])
     m = math.prod(leading) * rows  # leading dims of `a` fold into M: a free reshape
     shape = GemmShape(m=m, n=n, k=k_a, out_shape=(*leading, rows, n))
+    bias_dtype, activation, residual_dtype = _check_epilogue(bias, activation, residual, shape)
     if min(m, n, k_a) == 0:
         return None, shape
+    a_dtype, b_dtype = stored_dtypes(a, b, dtype.name)
     problem = Problem(
         m=m, n=n, k=k_a, dtype=dtype.name, out_dtype=out_dtype.name,
         transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
         input_precision=input_precision(precision),
+        bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype, a_dtype=a_dtype, b_dtype=b_dtype,
     )
     return problem, shape
+
+
+def _check_epilogue(bias: Any, activation: Any, residual: Any, shape: GemmShape) -> tuple[str, str, str]:
+    """(bias dtype, activation, residual dtype) of the epilogue's arguments, "" for each absent;
+    raises TypeError for a non-array or a dtype the kernel does not add (integer, complex,
+    float64), ValueError for a bias that is not [N], a residual not of the result's shape
+    ([..., M, N], or [M, N] with the leading dims folded) and an unknown activation."""
+    names = []
+    for name, x in (("bias", bias), ("residual", residual)):
+        if x is None:
+            names.append("")
+            continue
+        if not isinstance(x, (jax.Array, np.ndarray)):
+            raise TypeError(f"jtblas.matmul: {name} must be a jax.Array, a numpy array or None, got {type(x).__name__}")
+        dtype = jnp.dtype(x.dtype).name
+        if dtype not in EPILOGUE_DTYPE_BYTES:
+            raise TypeError(f"jtblas.matmul: {name} must have a dtype among {sorted(EPILOGUE_DTYPE_BYTES)} "
+                            f"(added in fp32 by the kernel), got {name}.dtype={dtype}")
+        names.append(dtype)
+    if bias is not None and tuple(bias.shape) != (shape.n,):
+        raise ValueError(f"jtblas.matmul: bias must have shape (N,) = ({shape.n},) for a result of shape "
+                         f"{shape.out_shape}, got {bias.shape=}")
+    if residual is not None and tuple(residual.shape) not in (shape.out_shape, (shape.m, shape.n)):
+        raise ValueError(f"jtblas.matmul: residual must have the result's shape {shape.out_shape} (or "
+                         f"{(shape.m, shape.n)}), got {residual.shape=}")
+    if activation is None:
+        activation = ""
+    elif not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"jtblas.matmul: activation must be None or one of {ACTIVATIONS}, got {activation!r}")
+    return names[0], activation, names[1]
 
 
 def is_static_dim(dim: Any) -> bool:
@@ -671,15 +828,25 @@ class GemmShape(NamedTuple):
     out_shape: tuple[int, ...]
 
 
-def _operand_dtype(a: Any, b: Any) -> np.dtype:
-    if a.dtype != b.dtype:
-        raise TypeError(f"jtblas.matmul: a and b must have the same dtype, got {a.dtype=} and {b.dtype=}")
-    if jnp.dtype(a.dtype).name not in OPERAND_DTYPE_BYTES:
-        raise TypeError(
-            f"jtblas.matmul: unsupported dtype {a.dtype}; the kernel takes "
-            f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
-        )
-    return jnp.dtype(a.dtype)
+def compute_dtype(a: Any, b: Any, precision: Any = None) -> np.dtype:
+    """The dtype the kernel multiplies `a` and `b` in (`jtblas.config.compute_dtype_name`): for
+    operands of two dtypes, each is loaded as stored and converted in registers, with no
+    converted copy in memory.
+
+    Raises TypeError for a dtype the kernel does not take."""
+    for name, x in (("a", a), ("b", b)):
+        if jnp.dtype(x.dtype).name not in OPERAND_DTYPE_BYTES:
+            raise TypeError(
+                f"jtblas.matmul: unsupported dtype {jnp.dtype(x.dtype).name} of {name}; the kernel takes "
+                f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
+            )
+    return jnp.dtype(compute_dtype_name(jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name,
+                                        input_precision(precision)))
+
+
+def stored_dtypes(a: Any, b: Any, compute: str) -> tuple[str, str]:
+    """`Problem.a_dtype` and `b_dtype`: each operand's dtype name where it is not `compute`, else ""."""
+    return tuple(name if name != compute else "" for name in (jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name))
 
 
 def launch_hardware(operands: list[Any]) -> hardware.Hardware:

@@ -14,7 +14,7 @@ import numpy as np
 
 from jtblas import hardware as hardware_lib
 from jtblas import model
-from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
+from jtblas.config import ACTIVATIONS, EPILOGUE_DTYPE_BYTES, OPERAND_DTYPE_BYTES, Config, Problem, compute_dtype_name
 from jtblas.precision import input_precision
 
 # Short names accepted wherever a dtype is (the CLI's --dtype, and strings in Python).
@@ -22,8 +22,9 @@ DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half"
                  "fp32": "float32", "f32": "float32", "float": "float32"}
 
 
-def dtype_name(dtype: Any) -> str:
-    """The canonical name ("bfloat16", "float16", "float32") of a dtype, a type or a string."""
+def dtype_name(dtype: Any, allowed: Any = OPERAND_DTYPE_BYTES) -> str:
+    """The canonical name ("bfloat16", "float16", "float32") of a dtype, a type or a string
+    (among `allowed`)."""
     if isinstance(dtype, str):
         key = dtype.strip().lower()
         name = DTYPE_ALIASES.get(key, key)
@@ -34,43 +35,59 @@ def dtype_name(dtype: Any) -> str:
             import jax.numpy as jnp  # only for dtypes NumPy cannot name by itself (bfloat16)
 
             name = jnp.dtype(dtype).name
-    if name not in OPERAND_DTYPE_BYTES:
-        raise TypeError(f"jtblas: unsupported dtype {dtype!r}; the kernel takes {sorted(OPERAND_DTYPE_BYTES)}")
+    if name not in allowed:
+        raise TypeError(f"jtblas: unsupported dtype {dtype!r}; the kernel takes {sorted(allowed)}")
     return name
 
 
 def problem_of_sizes(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None, batch: int = 1,
+    b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
 ) -> Problem:
     """A `Problem` from user-facing arguments (see `select`)."""
     for name, value in (("M", m), ("N", n), ("K", k), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"jtblas: {name} must be a positive integer, got {value!r}")
-    operand = dtype_name(dtype)
+    a_stored = dtype_name(dtype)
+    b_stored = a_stored if b_dtype is None else dtype_name(b_dtype)
+    precision_name = input_precision(precision)
+    compute = compute_dtype_name(a_stored, b_stored, precision_name)
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"jtblas: activation must be None or one of {ACTIVATIONS}, got {activation!r}")
+    epilogue = {name: "" if value is None else dtype_name(value, EPILOGUE_DTYPE_BYTES)
+                for name, value in (("bias_dtype", bias_dtype), ("residual_dtype", residual_dtype))}
     return Problem(
-        m=int(m), n=int(n), k=int(k), dtype=operand,
-        out_dtype=operand if out_dtype is None else dtype_name(out_dtype),
+        m=int(m), n=int(n), k=int(k), dtype=compute,
+        out_dtype=compute if out_dtype is None else dtype_name(out_dtype),
         transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
-        input_precision=input_precision(precision), batch=int(batch),
+        input_precision=precision_name, batch=int(batch),
+        a_dtype="" if a_stored == compute else a_stored, b_dtype="" if b_stored == compute else b_stored,
+        activation=activation or "", **epilogue,
     )
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
-def _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch) -> Problem:
+def _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch, *extra) -> Problem:
     return problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                            transpose_b=transpose_b, precision=precision, batch=batch)
+                            transpose_b=transpose_b, precision=precision, batch=batch,
+                            **dict(zip(_EXTRA, extra)))
 
 
-def _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch) -> Problem:
+# The keyword arguments of `select` beyond the layout, in the order `_problem` takes them.
+_EXTRA = ("b_dtype", "bias_dtype", "activation", "residual_dtype")
+
+
+def _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch, *extra) -> Problem:
     """`problem_of_sizes`, remembered per distinct arguments (typed: 1, True and 1.0 stay apart), so
     that a repeated `select` costs a dictionary lookup or two, not a validation (~5 µs); arguments
     that cannot be hashed (a precision given as a list) are converted every time."""
     try:
-        return _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch)
+        return _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch, *extra)
     except TypeError:  # unhashable: convert them without the cache (problem_of_sizes's own errors recur)
         return problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                                transpose_b=transpose_b, precision=precision, batch=batch)
+                                transpose_b=transpose_b, precision=precision, batch=batch,
+                                **dict(zip(_EXTRA, extra)))
 
 
 def clear_cache() -> None:
@@ -84,6 +101,7 @@ def select(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
+    b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
 ) -> Config:
     """The model's configuration for C[M, N] = op(A) · op(B) with op(A) [M, K], op(B) [K, N].
 
@@ -97,6 +115,10 @@ def select(
       batch: independent products of these sizes in one launch (what `vmap` or a batched
         `dot_general` launches); the model counts waves over the batch's tiles and sizes
         split-K's workspace by it.
+      b_dtype: B's stored dtype where it is not `dtype` (A's): the kernel converts in registers
+        and computes in `jtblas.config.compute_dtype_name`'s dtype (the default output dtype).
+      bias_dtype, activation, residual_dtype: the fused epilogue (`jtblas.matmul`'s bias,
+        activation and residual): its bytes and work are in the predictions.
 
     Raises:
       ValueError: a size or batch that is not a positive integer, or products whose operands and
@@ -107,7 +129,8 @@ def select(
       runs, which, where the model repacks misaligned operands into padded copies (`explain` says
       so), is the padded problem; the same every time (cached).
     """
-    problem = _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch)
+    problem = _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch,
+                       b_dtype, bias_dtype, activation, residual_dtype)
     return model.plan_for_problem(problem, hardware_lib.get(hardware)).config
 
 
@@ -115,6 +138,7 @@ def candidates(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
+    b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
 ) -> list[Config]:
     """The whole search space the model ranks for this problem, in a fixed order (arguments as
     for `select`): the configs of the problem the kernel runs, so `select(...)` is one of them and
@@ -122,7 +146,8 @@ def candidates(
     copies (`explain(...).plan.repacks`), that is the padded problem; `candidates_as_stored` gives
     the configs of the operands as stored (what an explicit `matmul(config=...)` runs on)."""
     problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                               transpose_b=transpose_b, precision=precision, batch=batch)
+                               transpose_b=transpose_b, precision=precision, batch=batch, b_dtype=b_dtype,
+                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype)
     hw = hardware_lib.get(hardware)
     return model.candidates_for_problem(model.plan_for_problem(problem, hw).kernel_problem, hw)
 
@@ -131,12 +156,14 @@ def candidates_as_stored(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
+    b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
 ) -> list[Config]:
     """The configs of the operands as stored, never repacked (arguments as for `select`): what an
     explicit `matmul(config=...)` accepts, and the list the exhaustive-search oracle times on the
     caller's operands. The same as `candidates(...)` wherever the model does not repack."""
     problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                               transpose_b=transpose_b, precision=precision, batch=batch)
+                               transpose_b=transpose_b, precision=precision, batch=batch, b_dtype=b_dtype,
+                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype)
     return model.candidates_for_problem(problem, hardware_lib.get(hardware))
 
 
@@ -144,6 +171,7 @@ def explain(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
+    b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
 ) -> model.Explanation:
     """Every candidate ranked by predicted time with its terms (arguments as for `select`).
 
@@ -152,5 +180,6 @@ def explain(
     `result.ranked[0].config == select(...)`.
     """
     problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
-                               transpose_b=transpose_b, precision=precision, batch=batch)
+                               transpose_b=transpose_b, precision=precision, batch=batch, b_dtype=b_dtype,
+                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype)
     return model.explain_problem(problem, hardware_lib.get(hardware))

@@ -19,7 +19,7 @@ B = jnp.ones((16, 4), jnp.bfloat16)
         (A, jnp.ones((15, 4), jnp.bfloat16), {}, ValueError, ["contract", "16 != 15"]),
         (A, B, {"transpose_b": True}, ValueError, ["contract", "16 != 4"]),
         (jnp.ones((2, 16, 8), jnp.bfloat16), B, {"transpose_a": True}, ValueError, ["transpose_a", "2-D"]),
-        (A, B.astype(jnp.float16), {}, TypeError, ["same dtype", "bfloat16", "float16"]),
+        (A, B.astype(jnp.int8), {}, TypeError, ["unsupported dtype int8 of b"]),
         (A.astype(jnp.int32), B.astype(jnp.int32), {}, TypeError, ["unsupported dtype int32"]),
         (A.astype(jnp.complex64), B.astype(jnp.complex64), {}, TypeError, ["complex64"]),
         (np.ones((8, 16)), np.ones((16, 4)), {}, TypeError, ["float64"]),

@@ -9,7 +9,8 @@ import pytest
 from flax import nnx, serialization
 
 import jtblas
-from tests.reference import kernel_calls, relative_error
+from jtblas.epilogue import ACTIVATION_FUNCTIONS
+from tests.reference import count_equations, kernel_calls, relative_error
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -115,3 +116,74 @@ def test_nnx_linear_keeps_arguments(rng):
     )
     assert layer.bias is None and layer.dot_general is jtblas.dot_general
     assert layer(x).dtype == jnp.float32
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu_tanh", "gelu", "silu"])
+def test_dense_fuses_bias_and_activation_with_an_fp32_kernel(activation, rng):
+    """bf16 inputs, fp32 parameters, dtype bf16: the parameter tree is Flax's, the output is
+    Flax's Dense followed by the activation, gradients come back in fp32 for the parameters and
+    in bf16 for the input, and the layer is one launch."""
+    x = jnp.asarray(rng.standard_normal((4, 3, 24)), jnp.bfloat16)
+    ours = jtblas.nn.Dense(16, dtype=jnp.bfloat16, activation=activation)
+    theirs = flax.linen.Dense(16, dtype=jnp.bfloat16)
+    params = ours.init(jax.random.key(3), x)
+    flax_params = theirs.init(jax.random.key(3), x)
+    assert jax.tree.map(lambda p: (p.shape, p.dtype), params) == jax.tree.map(lambda p: (p.shape, p.dtype),
+                                                                               flax_params)
+    params = jax.tree.map(lambda p: p + jnp.asarray(rng.standard_normal(p.shape), p.dtype) * 0.1, flax_params)
+    act = ACTIVATION_FUNCTIONS[activation] if activation else (lambda v: v)
+    out = ours.apply(params, x)
+    reference = act(theirs.apply(params, x).astype(jnp.float32))
+    assert out.dtype == jnp.bfloat16 and out.shape == (4, 3, 16)
+    assert relative_error(out, np.asarray(reference, np.float64)) < 1e-2
+    assert kernel_calls(ours.apply, params, x) == 1
+
+    def loss(p, v, model, post):
+        return jnp.sum(post(model.apply(p, v).astype(jnp.float32)) ** 2)
+
+    grads = jax.grad(loss, argnums=(0, 1))(params, x, ours, lambda v: v)
+    flax_grads = jax.grad(loss, argnums=(0, 1))(params, x, theirs, act)
+    for g, g_ref in zip(jax.tree.leaves(grads), jax.tree.leaves(flax_grads)):
+        assert g.dtype == g_ref.dtype
+        assert relative_error(g, np.asarray(g_ref, np.float64)) < 3e-2
+
+
+def test_fp32_kernel_is_not_converted_outside_the_kernel_call(rng):
+    """The program of a bf16 Dense with fp32 parameters holds no convert of the kernel (nor of the
+    bias): both reach the jtblas launch as stored, in the jaxpr and in the lowered HLO."""
+    x = jnp.asarray(rng.standard_normal((8, 32)), jnp.bfloat16)
+    layer = jtblas.nn.Dense(64, dtype=jnp.bfloat16, activation="gelu")
+    params = layer.init(jax.random.key(0), x)
+    assert count_equations(jax.make_jaxpr(layer.apply)(params, x), "convert_element_type") == 0
+    hlo = jax.jit(layer.apply).lower(params, x).as_text()
+    assert "tensor<32x64xf32>" in hlo and "tensor<32x64xbf16>" not in hlo
+    assert "stablehlo.convert" not in hlo
+    # Flax's own Dense converts the kernel before its dot.
+    flax_hlo = jax.jit(flax.linen.Dense(64, dtype=jnp.bfloat16).apply).lower(params, x).as_text()
+    assert "stablehlo.convert" in flax_hlo
+
+
+def test_custom_dot_general_keeps_flax_computation_and_bad_activation_raises(rng):
+    x = jnp.asarray(rng.standard_normal((5, 12)), jnp.float32)
+    custom = jtblas.nn.Dense(7, dot_general=jax.lax.dot_general, activation="relu", precision=HIGHEST)
+    params = custom.init(jax.random.key(2), x)
+    reference = jax.nn.relu(flax.linen.Dense(7, precision=HIGHEST).apply(params, x))
+    assert relative_error(custom.apply(params, x), np.asarray(reference, np.float64)) < 1e-6
+    assert kernel_calls(custom.apply, params, x) == 0
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        jtblas.nn.Dense(7, activation="tanh").init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        jtblas.nn.Linear(12, 7, activation="swish", rngs=nnx.Rngs(0))
+
+
+def test_nnx_linear_with_activation_and_fp32_kernel(rng):
+    x = jnp.asarray(rng.standard_normal((6, 12)), jnp.bfloat16)
+    ours = jtblas.nn.Linear(12, 5, dtype=jnp.bfloat16, activation="silu", rngs=nnx.Rngs(0))
+    theirs = nnx.Linear(12, 5, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    assert jax.tree.structure(nnx.state(ours)) == jax.tree.structure(nnx.state(theirs))
+    out, reference = ours(x), jax.nn.silu(theirs(x).astype(jnp.float32))
+    assert out.dtype == jnp.bfloat16
+    assert relative_error(out, np.asarray(reference, np.float64)) < 1e-2
+    assert kernel_calls(lambda v: ours(v), x) == 1
+    grads = nnx.grad(lambda model, v: jnp.sum(model(v).astype(jnp.float32) ** 2))(ours, x)
+    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads))

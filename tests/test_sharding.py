@@ -274,9 +274,9 @@ def test_local_products_are_planned_on_local_shapes(rng, monkeypatch):
     seen = []
     product = partitioning._xla_product
 
-    def recording(a, b, static):
+    def recording(a, b, static, **epilogue):
         seen.append((a.shape, b.shape, static.out_dtype))
-        return product(a, b, static)
+        return product(a, b, static, **epilogue)
 
     monkeypatch.setattr(partitioning, "_xla_product", recording)
     for pattern in ("data_and_columns_2d", "rows_psum"):

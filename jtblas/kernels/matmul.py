@@ -24,6 +24,51 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 
 @triton.jit
+def converted(x, DTYPE: tl.constexpr):
+    """x converted in registers to DTYPE ("bfloat16", "float16" or "float32"; "" leaves it)."""
+    if DTYPE == "bfloat16":
+        x = x.to(tl.bfloat16)
+    elif DTYPE == "float16":
+        x = x.to(tl.float16)
+    elif DTYPE == "float32":
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def rounded(x, DTYPE: tl.constexpr):
+    """x as fp32, rounded to the nearest value of DTYPE ("bfloat16", "float16"; ties to even): the
+    values `converted` gives, kept in fp32 (ROUND_ONLY). bf16 by integer arithmetic on the bits:
+    Triton's interpreter truncates fp32 to bf16 (triton/runtime/interpreter.py, `_convert_float`)."""
+    x = x.to(tl.float32)
+    if DTYPE == "bfloat16":
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    elif DTYPE == "float16":
+        x = x.to(tl.float16).to(tl.float32)
+    return x
+
+
+@triton.jit
+def activated(x, ACTIVATION: tl.constexpr):
+    """The activation ACTIVATION of the fp32 x ("" leaves it): "relu" max(x, 0); "gelu_tanh"
+    x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³))), with tanh(z) = 2·sigmoid(2z) − 1 (Triton's core
+    language has sigmoid, not tanh); "gelu" x/2 · (1 + erf(x/√2)); "silu" x · sigmoid(x). The
+    forms of `jax.nn.relu`, `jax.nn.gelu(approximate=True / False)` and `jax.nn.silu`."""
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "gelu_tanh":
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        x = x * tl.sigmoid(2.0 * inner)  # x/2 · (1 + tanh(inner)) = x · sigmoid(2·inner)
+    elif ACTIVATION == "gelu":
+        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACTIVATION == "silu":
+        x = x * tl.sigmoid(x)
+    return x
+
+
+@triton.jit
 def tile_bases(
     a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
@@ -52,7 +97,8 @@ def reduce_k_blocks(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr, INDEX_64: tl.constexpr,
     K_FROM_INDICES: tl.constexpr, SHORT_A_ROWS: tl.constexpr = 0, SWAP_AB: tl.constexpr = False,
-    PADDED_A: tl.constexpr = False,
+    PADDED_A: tl.constexpr = False, CAST_A: tl.constexpr = "", CAST_B: tl.constexpr = "",
+    ROUND_ONLY: tl.constexpr = False,
 ):
     """The fp32 sum over K blocks [first, last) of A·B, from the tile's row and column pointers
     (`tile_bases`). Without EVEN_K the K tail (past K) is masked to zeros. SHORT_A_ROWS > 0: only
@@ -67,6 +113,12 @@ def reduce_k_blocks(
 
     PADDED_A: A holds zeros past K up to whole K blocks (a phase-major copy), so its loads need
     no K mask (a mask against the run-time K would keep them one element wide).
+
+    CAST_A, CAST_B: the operand is loaded as stored and converted in registers to this dtype (the
+    product's compute dtype, `converted`) before the dot: operands of different dtypes, no
+    converted copy in memory. ROUND_ONLY: the tiles are rounded to those values and multiplied as
+    fp32 (`rounded`; for Triton's interpreter, whose bf16 dot reads raw bits and whose fp32 to bf16
+    conversion truncates: the CPU backend's bf16 operands arrive as fp32).
 
     Two ways to address a K step, the same values, compiled differently. Carried: the [BLOCK_M,
     BLOCK_K] and [BLOCK_K, BLOCK_N] pointer tiles are built once and advanced by BLOCK_K·stride
@@ -111,6 +163,12 @@ def reduce_k_blocks(
                     a_mask = a_mask & a_row_mask
                 a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        if ROUND_ONLY:
+            a = rounded(a, CAST_A)
+            b = rounded(b, CAST_B)
+        else:
+            a = converted(a, CAST_A)
+            b = converted(b, CAST_B)
         if SWAP_AB:
             acc = tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
         else:
@@ -120,6 +178,27 @@ def reduce_k_blocks(
             b_ptrs += BLOCK_K * stride_bk
     if SWAP_AB:
         acc = tl.trans(acc)
+    return acc
+
+
+@triton.jit
+def tile_epilogue(acc, bias_ptr, residual_ptr, pid_m, pid_n, M, N, stride_rm, stride_rn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                  HAS_RESIDUAL: tl.constexpr):
+    """The fp32 tile `acc` at (pid_m, pid_n) of C after the epilogue: + bias[cols] (HAS_BIAS, a
+    bias [N] read once per tile and broadcast over its rows), the activation, + the residual's
+    tile (HAS_RESIDUAL, [M, N] with strides stride_rm, stride_rn), each read in its own dtype and
+    added in fp32. Elements past the edges read zeros (they are never stored)."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0)
+        acc += bias.to(tl.float32)[None, :]
+    acc = activated(acc, ACTIVATION)
+    if HAS_RESIDUAL:
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        residual = tl.load(residual_ptr + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0)
+        acc += residual.to(tl.float32)
     return acc
 
 
@@ -145,12 +224,12 @@ def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-# M, N, K and the batch strides already carry their divisibility in *_UNIT; Triton's launcher
-# (the benchmark launches on torch tensors) need not specialise on the reduced values again.
-@triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
-def matmul_kernel(
+@triton.jit
+def gemm_program(
     a_ptr,
     b_ptr,
+    bias_ptr,
+    residual_ptr,
     M,
     N,
     K,
@@ -182,18 +261,24 @@ def matmul_kernel(
     STRIDE_AB_UNIT: tl.constexpr,
     STRIDE_BB_UNIT: tl.constexpr,
     STRIDE_CB_UNIT: tl.constexpr,
-    SPLIT_K: tl.constexpr = 1,
-    ATOMIC_SPLIT: tl.constexpr = False,
-    K_FROM_INDICES: tl.constexpr = False,
-    SHORT_A_ROWS: tl.constexpr = 0,
-    SWAP_AB: tl.constexpr = False,
-    K_PHASES: tl.constexpr = 1,
-    SHIFT_A: tl.constexpr = False,
-    SHIFT_B: tl.constexpr = False,
-    VECTOR: tl.constexpr = 8,
-    PHASE_MAJOR_A: tl.constexpr = False,
-    TILE_M_UNIT: tl.constexpr = 1,
-    TILE_N_UNIT: tl.constexpr = 1,
+    SPLIT_K: tl.constexpr,
+    ATOMIC_SPLIT: tl.constexpr,
+    K_FROM_INDICES: tl.constexpr,
+    SHORT_A_ROWS: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    K_PHASES: tl.constexpr,
+    SHIFT_A: tl.constexpr,
+    SHIFT_B: tl.constexpr,
+    VECTOR: tl.constexpr,
+    PHASE_MAJOR_A: tl.constexpr,
+    TILE_M_UNIT: tl.constexpr,
+    TILE_N_UNIT: tl.constexpr,
+    CAST_A: tl.constexpr,
+    CAST_B: tl.constexpr,
+    ROUND_ONLY: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -228,6 +313,11 @@ def matmul_kernel(
     [M, K_PHASES · columns] copy holding phase p's K indices p, p + K_PHASES, ... contiguously at
     column p · columns, zero-padded to whole K blocks (`jtblas.ops`), so a phase loads it 16
     bytes at a time rather than one element (columns = stride_am / K_PHASES).
+    CAST_A, CAST_B, ROUND_ONLY: operands of another dtype than the product's, converted in
+    registers (`reduce_k_blocks`).
+    HAS_BIAS, ACTIVATION, HAS_RESIDUAL: the epilogue (`tile_epilogue`), applied to an unsplit
+    tile (SPLIT_K = K_PHASES = 1) before its store: bias_ptr holds a bias [batch, N] (N apart),
+    residual_ptr a residual laid out as C (strides stride_cm, stride_cn, stride_cb).
     TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
     where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the
     previous row's, or for the first row, none: its shift is 0) and after it, inside the 16-byte
@@ -307,7 +397,7 @@ def matmul_kernel(
         acc = reduce_k_blocks(
             a_rows, b_cols, phase_k, 0, tl.cdiv(phase_k, BLOCK_K), a_k_stride, stride_bk * K_PHASES,
             BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
-            PHASE_MAJOR_A,
+            PHASE_MAJOR_A, CAST_A, CAST_B, ROUND_ONLY,
         )
         c_ptr += batch * stride_cb
         if not ATOMIC_SPLIT:
@@ -331,7 +421,11 @@ def matmul_kernel(
             acc = reduce_k_blocks(
                 a_rows, b_cols, K, 0, k_blocks, stride_ak, stride_bk,
                 BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
+                False, CAST_A, CAST_B, ROUND_ONLY,
             )
+            if HAS_BIAS or HAS_RESIDUAL or ACTIVATION != "":
+                acc = tile_epilogue(acc, bias_ptr + batch * N, residual_ptr + batch * stride_cb, pid_m, pid_n, M, N,
+                                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)
         else:
             # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its
             # own fp32 partial, c[split, batch] of a dense [SPLIT_K, batch, M, N] workspace (the
@@ -348,5 +442,138 @@ def matmul_kernel(
             acc = reduce_k_blocks(
                 a_rows, b_cols, K, first, last, stride_ak, stride_bk,
                 BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
+                False, CAST_A, CAST_B, ROUND_ONLY,
             )
         store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT)
+
+
+# M, N, K and the batch strides already carry their divisibility in *_UNIT; Triton's launcher
+# (the benchmark launches on torch tensors) need not specialise on the reduced values again.
+@triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
+def matmul_kernel(
+    a_ptr,
+    b_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_ab,
+    stride_bb,
+    stride_cb,
+    c_ptr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    M_UNIT: tl.constexpr,
+    N_UNIT: tl.constexpr,
+    K_UNIT: tl.constexpr,
+    STRIDE_AM_UNIT: tl.constexpr,
+    STRIDE_AK_UNIT: tl.constexpr,
+    STRIDE_BK_UNIT: tl.constexpr,
+    STRIDE_BN_UNIT: tl.constexpr,
+    STRIDE_CM_UNIT: tl.constexpr,
+    STRIDE_AB_UNIT: tl.constexpr,
+    STRIDE_BB_UNIT: tl.constexpr,
+    STRIDE_CB_UNIT: tl.constexpr,
+    SPLIT_K: tl.constexpr = 1,
+    ATOMIC_SPLIT: tl.constexpr = False,
+    K_FROM_INDICES: tl.constexpr = False,
+    SHORT_A_ROWS: tl.constexpr = 0,
+    SWAP_AB: tl.constexpr = False,
+    K_PHASES: tl.constexpr = 1,
+    SHIFT_A: tl.constexpr = False,
+    SHIFT_B: tl.constexpr = False,
+    VECTOR: tl.constexpr = 8,
+    PHASE_MAJOR_A: tl.constexpr = False,
+    TILE_M_UNIT: tl.constexpr = 1,
+    TILE_N_UNIT: tl.constexpr = 1,
+    CAST_A: tl.constexpr = "",
+    CAST_B: tl.constexpr = "",
+    ROUND_ONLY: tl.constexpr = False,
+):
+    """C = A · B: one program per BLOCK_M × BLOCK_N tile of C (`gemm_program`, whose docstring
+    says what each argument does), without an epilogue."""
+    gemm_program(a_ptr, b_ptr, a_ptr, a_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+        stride_cn, stride_ab, stride_bb, stride_cb, c_ptr, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION,
+        EVEN_K, INDEX_64, M_UNIT, N_UNIT, K_UNIT, STRIDE_AM_UNIT, STRIDE_AK_UNIT, STRIDE_BK_UNIT,
+        STRIDE_BN_UNIT, STRIDE_CM_UNIT, STRIDE_AB_UNIT, STRIDE_BB_UNIT, STRIDE_CB_UNIT, SPLIT_K, ATOMIC_SPLIT,
+        K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB, K_PHASES, SHIFT_A, SHIFT_B, VECTOR, PHASE_MAJOR_A, TILE_M_UNIT,
+        TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, False, "", False)
+
+
+@triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
+def matmul_epilogue_kernel(
+    a_ptr,
+    b_ptr,
+    bias_ptr,
+    residual_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_ab,
+    stride_bb,
+    stride_cb,
+    c_ptr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    M_UNIT: tl.constexpr,
+    N_UNIT: tl.constexpr,
+    K_UNIT: tl.constexpr,
+    STRIDE_AM_UNIT: tl.constexpr,
+    STRIDE_AK_UNIT: tl.constexpr,
+    STRIDE_BK_UNIT: tl.constexpr,
+    STRIDE_BN_UNIT: tl.constexpr,
+    STRIDE_CM_UNIT: tl.constexpr,
+    STRIDE_AB_UNIT: tl.constexpr,
+    STRIDE_BB_UNIT: tl.constexpr,
+    STRIDE_CB_UNIT: tl.constexpr,
+    SPLIT_K: tl.constexpr = 1,
+    ATOMIC_SPLIT: tl.constexpr = False,
+    K_FROM_INDICES: tl.constexpr = False,
+    SHORT_A_ROWS: tl.constexpr = 0,
+    SWAP_AB: tl.constexpr = False,
+    K_PHASES: tl.constexpr = 1,
+    SHIFT_A: tl.constexpr = False,
+    SHIFT_B: tl.constexpr = False,
+    VECTOR: tl.constexpr = 8,
+    PHASE_MAJOR_A: tl.constexpr = False,
+    TILE_M_UNIT: tl.constexpr = 1,
+    TILE_N_UNIT: tl.constexpr = 1,
+    CAST_A: tl.constexpr = "",
+    CAST_B: tl.constexpr = "",
+    ROUND_ONLY: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False,
+    ACTIVATION: tl.constexpr = "",
+    HAS_RESIDUAL: tl.constexpr = False,
+):
+    """C = epilogue(A · B) (`gemm_program`): `matmul_kernel` with a bias [batch, N] (HAS_BIAS),
+    an activation and a residual laid out as C (HAS_RESIDUAL) applied to each fp32 tile before
+    its store. Launched only without a K split (split-K and K phase partials get theirs in
+    `sum_splits_epilogue_kernel`)."""
+    gemm_program(a_ptr, b_ptr, bias_ptr, residual_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        stride_cm, stride_cn, stride_ab, stride_bb, stride_cb, c_ptr, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+        INPUT_PRECISION, EVEN_K, INDEX_64, M_UNIT, N_UNIT, K_UNIT, STRIDE_AM_UNIT, STRIDE_AK_UNIT,
+        STRIDE_BK_UNIT, STRIDE_BN_UNIT, STRIDE_CM_UNIT, STRIDE_AB_UNIT, STRIDE_BB_UNIT, STRIDE_CB_UNIT,
+        SPLIT_K, ATOMIC_SPLIT, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB, K_PHASES, SHIFT_A, SHIFT_B, VECTOR,
+        PHASE_MAJOR_A, TILE_M_UNIT, TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, HAS_BIAS, ACTIVATION,
+        HAS_RESIDUAL)

@@ -402,9 +402,11 @@ def _product_grid() -> Candidates:
 
 
 @functools.lru_cache(maxsize=64)
-def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, fma: bool, tma: bool) -> Candidates:
+def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_bytes: int, low_s: int, fma: bool,
+                  tma: bool) -> Candidates:
     """The plain candidates (or with `tma`, their TMA twins) of the rules that depend on nothing
-    but the hardware, the operand and output sizes and the fewest stages: registers, warps per
+    but the hardware, the operand sizes (`resources.operand_sizes`) and the output's and the
+    fewest stages: registers, warps per
     tile, shared memory, occupancy; with their programs per SM and wgmma (`fma`: the tile runs on
     the FMA units, `resources.uses_fma`). `candidate_arrays` then applies the problem's limits."""
     grid = _product_grid()
@@ -416,9 +418,9 @@ def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, 
             & ~((warps == 8) & (bm * bn < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS))
             & ~((warps == 2) & (bm > MAX_BLOCK_M_FOR_2_WARPS))
             & (low_s <= stages)
-            & (stages * (bm + bn) * bk * element <= hardware.smem_per_block))
+            & (_pipeline_bytes(bm, bn, bk, stages, sizes) <= hardware.smem_per_block))
     plain = grid.take(keep)
-    programs = programs_per_sm_arrays(plain, element, out_bytes, hardware)
+    programs = programs_per_sm_arrays(plain, sizes, out_bytes, hardware)
     plain = plain.take(programs >= 1)
     plain.table[ROWS.index("programs_per_sm")] = programs[programs >= 1]
     wgmma = ((plain.block_m % resources.WGMMA_ROWS == 0) & (plain.num_warps % 4 == 0)
@@ -432,9 +434,9 @@ def _static_plain(hardware: Hardware, element: int, out_bytes: int, low_s: int, 
     twins = _with(plain.take(wgmma), tma=1)
     biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
     store_n = np.where(twins.block_n >= 256, twins.block_n // 2, twins.block_n)
-    smem = (twins.num_stages * ((twins.block_m + twins.block_n) * twins.block_k) * element
+    smem = (_pipeline_bytes(twins.block_m, twins.block_n, twins.block_k, twins.num_stages, sizes)
             + twins.block_m * store_n * out_bytes)
-    programs = programs_per_sm_arrays(twins, element, out_bytes, hardware)
+    programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware)
     keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
             & (32 * twins.num_warps <= 1024) & (programs >= 1))
     twins = twins.take(keep)
@@ -450,11 +452,18 @@ def uses_wgmma_arrays(candidates: Candidates, problem: Problem, hardware: Hardwa
     return (rows % resources.WGMMA_ROWS == 0) & (candidates.num_warps % 4 == 0)
 
 
-def programs_per_sm_arrays(candidates: Candidates, element: int, out_bytes: int, hardware: Hardware) -> np.ndarray:
-    """`resources.programs_per_sm` of every candidate (at least 0), for operands of `element`
-    bytes and an output of `out_bytes`."""
+def _pipeline_bytes(bm, bn, bk, stages, sizes: tuple[int, int, int, int]):
+    """`resources.shared_memory_bytes` of the pointer kernel, on arrays."""
+    a_bytes, b_bytes, a_cast, b_cast = sizes
+    return stages * (bm * a_bytes + bn * b_bytes) * bk + (bm * a_cast + bn * b_cast) * bk
+
+
+def programs_per_sm_arrays(candidates: Candidates, sizes: tuple[int, int, int, int], out_bytes: int,
+                           hardware: Hardware) -> np.ndarray:
+    """`resources.programs_per_sm` of every candidate (at least 0), for operands of `sizes`
+    (`resources.operand_sizes`) and an output of `out_bytes`."""
     bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
-    smem = candidates.num_stages * ((bm + bn) * candidates.block_k) * element
+    smem = _pipeline_bytes(bm, bn, candidates.block_k, candidates.num_stages, sizes)
     store_n = np.where(bn >= 256, bn // 2, bn)
     smem = np.where(candidates.tma, smem + bm * store_n * out_bytes, smem)
     by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
@@ -486,7 +495,7 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
     low_m = min_block_m(problem, hardware)
     low_s = min_stages(problem, hardware)
-    element, out_bytes = problem.operand_bytes, problem.out_bytes
+    sizes, out_bytes = resources.operand_sizes(problem), problem.out_bytes
 
     def in_range(static: Candidates) -> Candidates:
         bm, bn, bk = static.block_m, static.block_n, static.block_k
@@ -498,7 +507,7 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
         return found
 
     fma = resources.uses_fma(problem)
-    plain = in_range(_static_plain(hardware, element, out_bytes, low_s, fma, False))
+    plain = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
     parts = [plain]
     if split_k_searched(problem, hardware):
         parts.append(_split_arrays(plain, problem, hardware, low_s))
@@ -525,8 +534,14 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
     # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md).
     if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
-        parts.append(in_range(_static_plain(hardware, element, out_bytes, low_s, fma, True)))
-    return parts[0] if len(parts) == 1 else _concatenate(parts)
+        parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True)))
+    found = parts[0] if len(parts) == 1 else _concatenate(parts)
+    if problem.residual_dtype:  # the fused epilogue's registers (`resources.fit_errors`)
+        accumulators = found.block_m * found.block_n // (32 * found.num_warps)
+        registers = accumulators + -(-accumulators * problem.residual_bytes // 4) + resources.EPILOGUE_ADDRESS_REGISTERS
+        fused = (found.split_k == 1) & (found.k_phases == 1)
+        found = found.take(~fused | (registers <= hardware.max_regs_per_thread))
+    return found
 
 
 def _split_arrays(plain: Candidates, problem: Problem, hardware: Hardware, low_s: int) -> Candidates:

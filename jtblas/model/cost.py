@@ -54,6 +54,12 @@ Loads narrower than 4 bytes (a misaligned operand without phases) are not pipeli
 holds its K step's loads in registers, `narrow_loads_in_flight` at a time, so a K step waits
 (loads per thread / narrow_loads_in_flight) memory latencies.
 
+An epilogue (`Problem.bias_dtype`, `activation`, `residual_dtype`) adds to the launch that writes
+C: without a split, to each tile's epilogue its residual tile's and bias's bytes through the load
+port and its activation's fp32 work (ACTIVATION_FLOPS), and to the memory terms the bytes the
+epilogue reads (N·bias bytes + M·N·residual bytes, per batch entry; the bias once per tile in
+L2); with a split, the same bytes and work to the reduction kernel, which applies it.
+
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
 
@@ -81,6 +87,12 @@ from jtblas.model import candidates, resources
 
 # Split-K partials are fp32.
 PARTIAL_BYTES = 4
+# fp32 FLOPs per output element of each epilogue activation (`jtblas.kernels.matmul.activated`),
+# counting an FMA-pipe instruction as 2 and a multi-function-unit one (ex2, rcp: a quarter of the
+# FMA rate per SM) as 8: relu 1 max; silu an exp, an add, a reciprocal, 2 multiplies; gelu_tanh
+# the cubic (4) and silu's sigmoid; gelu libdevice's erf (~12 FMAs and an exp) and 3 more.
+# Estimates from the instruction mix, not measured.
+ACTIVATION_FLOPS = {"": 0, "relu": 2, "silu": 22, "gelu_tanh": 30, "gelu": 38}
 MIN_ASYNC_COPY_BYTES = resources.MIN_ASYNC_COPY_BYTES
 
 
@@ -256,7 +268,7 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     """
     if config.tma:
         return constants.full_vector_bytes
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     shifted = resources.shifted_operands(problem, config)
     if operand == "a":
         stride, k_contiguous, extent, shift = problem.a_row_stride, not problem.transpose_a, problem.m, shifted[0]
@@ -289,7 +301,7 @@ def swizzle_efficiency(problem: Problem, config: Config, operand: str,
     32-byte swizzle (PTX ISA, wgmma "Shared Memory Matrix Layout"), whose accesses share banks:
     the bandwidth falls with the row length, row bytes / 128.
     """
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     if operand == "a":
         row = (config.block_m if problem.transpose_a else config.block_k) * element
     else:
@@ -330,11 +342,10 @@ def dram_operand_bytes(config: Config, problem: Problem, hardware: Hardware, pro
         cols = min(tiles_n, resident)
         rows = min(tiles_m, -(-resident // tiles_n))
         group_rows = rows
-    element = problem.operand_bytes
-    a_bytes = problem.m * problem.k * element / line_efficiency(problem, config, "a", constants)
-    b_bytes = problem.k * problem.n * element / line_efficiency(problem, config, "b", constants)
-    a_panel = min(config.block_m, problem.m) * problem.k * element
-    b_panel = min(config.block_n, problem.n) * problem.k * element
+    a_bytes = problem.m * problem.k * problem.a_bytes / line_efficiency(problem, config, "a", constants)
+    b_bytes = problem.k * problem.n * problem.b_bytes / line_efficiency(problem, config, "b", constants)
+    a_panel = min(config.block_m, problem.m) * problem.k * problem.a_bytes
+    b_panel = min(config.block_n, problem.n) * problem.k * problem.b_bytes
     capacity = hardware.l2_bytes * constants.l2_usable_fraction
     a_reads = 1.0 if group_rows * a_panel + cols * b_panel <= capacity else tiles_n / cols
     b_reads = 1.0 if b_bytes + group_rows * a_panel <= capacity else tiles_m / rows
@@ -364,6 +375,15 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
     programs = -(-elements // block)
     busiest_sm_bytes = -(-programs // hardware.sm_count) * block * bytes_per_element
     load_port = constants.load_bytes_per_clock * hardware.clock_hz
+    if problem.has_epilogue:
+        # Its epilogue: the residual read beside the partials (and the bias, each element's
+        # column), the activation on the busiest SM's fp32 units.
+        epilogue_bytes = problem.residual_bytes + problem.bias_bytes
+        moved += elements * problem.residual_bytes + problem.n * problem.bias_bytes * problem.batch
+        busiest_sm_bytes += -(-programs // hardware.sm_count) * block * epilogue_bytes
+        activation = (-(-programs // hardware.sm_count) * block * ACTIVATION_FLOPS[problem.activation]
+                      * hardware.sm_count / hardware.fp32_flops)
+        busiest_sm_bytes = max(busiest_sm_bytes, activation * load_port)
     streaming = max(moved / hardware.dram_bytes_per_s, busiest_sm_bytes / load_port)
     return hardware.launch_seconds + constants.memory_latency_seconds + streaming
 
@@ -407,7 +427,7 @@ def _warp_grid_index(rows: np.ndarray, columns: np.ndarray, warps: np.ndarray, w
 def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: str, tma: np.ndarray,
                          shifted: np.ndarray, phase_width: np.ndarray, constants: Constants) -> np.ndarray:
     """`vector_bytes` of every candidate (`shifted` by K phases, to loads `phase_width` bytes wide)."""
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     full = constants.full_vector_bytes
     if operand == "a":
         stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
@@ -429,7 +449,7 @@ def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: st
 def _line_efficiency_arrays(c: candidates.Candidates, problem: Problem, operand: str,
                             constants: Constants) -> np.ndarray:
     """`line_efficiency` of every candidate."""
-    element = problem.operand_bytes
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
     if operand == "a":
         run = (c.block_m if problem.transpose_a else c.block_k) * element
         extent = problem.m if problem.transpose_a else problem.k
@@ -471,7 +491,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         programs = np.maximum(1, c.table[candidates.ROWS.index("programs_per_sm")])
         wgmma = c.table[candidates.ROWS.index("uses_wgmma")] != 0
     else:
-        programs = np.maximum(1, candidates.programs_per_sm_arrays(c, element, problem.out_bytes, hardware))
+        programs = np.maximum(1, candidates.programs_per_sm_arrays(c, resources.operand_sizes(problem),
+                                                                   problem.out_bytes, hardware))
         wgmma = candidates.uses_wgmma_arrays(c, problem, hardware)
     tiles_per_sm = -(-grid // sms)
     waves = -(-grid // (sms * programs))
@@ -482,10 +503,11 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # One K step of one program, on its SM.
     load_port = constants.load_bytes_per_clock * clock
     full = constants.full_vector_bytes
-    a_step = bm * bk * element
-    b_step = bk * bn * element
+    a_element, b_element = problem.a_bytes, problem.b_bytes  # as stored (`element`: the compute dtype's)
+    a_step = bm * bk * a_element
+    b_step = bk * bn * b_element
     a_rows = bm if problem.transpose_a else np.minimum(bm, problem.m)  # M where A's rows are masked
-    a_loaded = a_rows * bk * element
+    a_loaded = a_rows * bk * a_element
     # mma_seconds_per_flop
     if resources.uses_fma(problem):
         rate = hardware.fp32_flops
@@ -506,8 +528,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     column_bytes = bk * columns * column_readers * element
     a_reads, b_reads = ((np.where(swap, column_bytes, row_bytes), np.where(swap, row_bytes, column_bytes))
                         if swapped else (row_bytes, column_bytes))
-    swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * element / constants.swizzle_bytes)
-    swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * element / constants.swizzle_bytes)
+    swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * a_element / constants.swizzle_bytes)
+    swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * b_element / constants.swizzle_bytes)
     smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
     step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
     vector_a = _vector_bytes_arrays(c, problem, "a", tma, shift_a, phase_width, constants)
@@ -532,6 +554,11 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     c_tile = bm * bn * stored_bytes
     store_width = np.where(shift_b, stored_bytes, full)
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
+    if problem.has_epilogue:
+        fused = split == 1  # else the reduction kernel applies it (`reduction_seconds`)
+        epilogue_reads = (bm * bn * problem.residual_bytes + bn * problem.bias_bytes) / load_port
+        activation = bm * bn * ACTIVATION_FLOPS[problem.activation] * sms / hardware.fp32_flops
+        epilogue = epilogue + np.where(fused, epilogue_reads + activation, 0.0)
     tile_throughput = k_steps * step + epilogue
     loop_latency = np.maximum(k_steps * step_chain, (k_steps - 1) * step_latency)
     tile_latency = fill + loop_latency + epilogue
@@ -549,18 +576,22 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     window_rows = np.where(grouped, np.minimum(group_rows, resident), np.minimum(plain_m, -(-resident // plain_n)))
     window_cols = np.where(grouped, np.minimum(plain_n, -(-resident // group_rows)), np.minimum(plain_n, resident))
     group_rows = np.where(grouped, group_rows, window_rows)
-    a_bytes = problem.m * problem.k * element / _line_efficiency_arrays(c, problem, "a", constants)
-    b_bytes = problem.k * problem.n * element / _line_efficiency_arrays(c, problem, "b", constants)
-    a_panel = np.minimum(bm, problem.m) * problem.k * element
-    b_panel = np.minimum(bn, problem.n) * problem.k * element
+    a_bytes = problem.m * problem.k * a_element / _line_efficiency_arrays(c, problem, "a", constants)
+    b_bytes = problem.k * problem.n * b_element / _line_efficiency_arrays(c, problem, "b", constants)
+    a_panel = np.minimum(bm, problem.m) * problem.k * a_element
+    b_panel = np.minimum(bn, problem.n) * problem.k * b_element
     capacity = hardware.l2_bytes * constants.l2_usable_fraction
     a_rereads = np.where(group_rows * a_panel + window_cols * b_panel <= capacity, 1.0, plain_n / window_cols)
     b_rereads = np.where(b_bytes + group_rows * a_panel <= capacity, 1.0, plain_m / window_rows)
     operand_dram = (a_rereads * a_bytes + b_rereads * b_bytes) * problem.batch
     c_bytes = problem.m * problem.n * stored_bytes * split * problem.batch
     dram_bytes = operand_dram + c_bytes
-    operand_l2 = grid * (a_rows + bn) * k_steps * bk * element
+    operand_l2 = grid * (a_rows * a_element + bn * b_element) * k_steps * bk
     l2_bytes = operand_l2 + c_bytes
+    if problem.has_epilogue:
+        residual_bytes = problem.m * problem.n * problem.residual_bytes * problem.batch
+        dram_bytes = dram_bytes + np.where(fused, residual_bytes + problem.n * problem.bias_bytes * problem.batch, 0.0)
+        l2_bytes = l2_bytes + np.where(fused, residual_bytes + tiles * bn * problem.bias_bytes, 0.0)
     l2_hit_rate = np.maximum(0.0, 1.0 - operand_dram / operand_l2)
     dram = dram_bytes / hardware.dram_bytes_per_s
     l2 = l2_bytes / hardware.l2_bytes_per_s

@@ -75,6 +75,8 @@ class ProductPlan:
       pad_a, pad_b: A (B) is copied into a zero-padded [rows, lda] buffer before the launch.
       transpose_b: B, stored [N, K], is copied transposed into [K, N] (with pad_b): the kernel
         problem has transpose_b False.
+      convert_a, convert_b: A (B), stored in another dtype than the compute dtype, is converted
+        to it first (a copy); the kernel problem has no `a_dtype` (`b_dtype`).
       predicted_seconds: the kernel's predicted time plus `copy_seconds`.
       plain_config, plain_seconds: the best config and predicted time without repacking.
       copy_seconds: the predicted time of the copies, C's slice included (0 without repacking).
@@ -87,6 +89,8 @@ class ProductPlan:
     pad_a: bool = False
     pad_b: bool = False
     transpose_b: bool = False
+    convert_a: bool = False
+    convert_b: bool = False
     predicted_seconds: float
     plain_config: Config
     plain_seconds: float
@@ -150,17 +154,20 @@ def copy_seconds(problem: Problem, kernel_problem: Problem, operand: str, hardwa
     and writes the padded buffer at DRAM bandwidth, plus its launch."""
     rows, cols = stored_shape(problem, operand)
     rows_p, cols_p = stored_shape(kernel_problem, operand)
-    moved = (rows * cols + rows_p * cols_p) * problem.operand_bytes * problem.batch
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
+    moved = (rows * cols + rows_p * cols_p) * element * problem.batch
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
 def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware) -> float:
     """Predicted time of slicing a padded C [kernel M, kernel N] to the caller's [M, N] (0 when
-    the kernel runs the caller's M and N): read the padded C, write C, plus a launch."""
+    the kernel runs the caller's M and N): read the padded C, write C, plus a launch (and the
+    padded copy of a residual)."""
     padded = kernel_problem.m * kernel_problem.n
     if padded == problem.m * problem.n:
         return 0.0
-    moved = (padded + problem.m * problem.n) * problem.out_bytes * problem.batch
+    # An epilogue's residual is padded the same way first (read, written padded).
+    moved = (padded + problem.m * problem.n) * (problem.out_bytes + problem.residual_bytes) * problem.batch
     return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
 
 
@@ -173,7 +180,7 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
         return [(True, True, problem.k % PAD_MULTIPLE != 0, False)]
     if mode == "never":
         return []
-    pad_k = problem.k * problem.operand_bytes % 16 != 0
+    pad_k = any(problem.k * element % 16 != 0 for element in (problem.a_bytes, problem.b_bytes))
     if mode == "transpose":
         return [(pad_k, True, pad_k, True)] if problem.transpose_b else []
     options = []
@@ -193,12 +200,46 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
 def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -> ProductPlan:
     """The model's plan for `problem` on `hardware`: the plain selection, or a repacked one when
     its predicted time with the copies beats the plain one by REPACK_MIN_GAIN (see module doc).
+    An operand stored in another dtype than the compute dtype (`Problem.a_dtype`, `b_dtype`) is
+    read as stored and converted in the kernel, or, where that is predicted REPACK_MIN_GAIN
+    slower than converting it first (a copy in the compute dtype: read once, where the kernel
+    reads it once per tile row or column, from L2 at its stored width), converted first (with
+    "auto" only).
 
     `mode` ("auto", "always", "never") overrides the decision; anything but "auto" is for tests.
     Cached per (problem, hardware, mode).
     """
     if mode not in REPACK_MODES:
         raise ValueError(f"jtblas: repack mode must be one of {REPACK_MODES}, got {mode!r}")
+    plan = _plan_as_stored(problem, hardware, mode)
+    if not problem.casts or mode != "auto":
+        return plan
+    inner = _plan_as_stored(dataclasses.replace(problem, a_dtype="", b_dtype=""), hardware, mode)
+    which = [operand for operand, stored in (("a", problem.a_dtype), ("b", problem.b_dtype)) if stored]
+    copies = sum(convert_seconds(problem, operand, hardware) for operand in which)
+    converted = inner.predicted_seconds + copies
+    names = " and ".join(operand.upper() for operand in which)
+    words = (f"converting {names} to {problem.dtype} first predicts {_us(converted)} ({_us(inner.predicted_seconds)} "
+             f"+ {_us(copies)} conversion) against {_us(plan.predicted_seconds)} converting in the kernel")
+    if converted < (1 - REPACK_MIN_GAIN) * plan.predicted_seconds:
+        return dataclasses.replace(inner, problem=problem, convert_a="a" in which, convert_b="b" in which,
+                                   predicted_seconds=converted, copy_seconds=inner.copy_seconds + copies,
+                                   reason=f"{inner.reason}; {words}: it converts first")
+    return dataclasses.replace(plan, reason=f"{plan.reason}; {words}: it converts in the kernel")
+
+
+def convert_seconds(problem: Problem, operand: str, hardware: Hardware) -> float:
+    """Predicted time of converting one operand to the compute dtype: read it as stored, write the
+    copy, at DRAM bandwidth, plus a launch."""
+    rows, cols = stored_shape(problem, operand)
+    stored = problem.a_bytes if operand == "a" else problem.b_bytes
+    moved = rows * cols * (stored + problem.operand_bytes) * problem.batch
+    return moved / hardware.dram_bytes_per_s + hardware.launch_seconds
+
+
+def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductPlan:
+    """`plan_for_problem` with the operands' dtypes as they are: the plain selection, or a
+    repacked one."""
     plain = winner(problem, hardware)
     narrow = misaligned(problem, plain.config, hardware)
     best = ProductPlan(problem=problem, kernel_problem=problem, config=plain.config,

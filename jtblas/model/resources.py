@@ -20,17 +20,28 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     the staging buffer of its C stores.
 
     Triton's pipeliner keeps `num_stages` buffers of A (block_m × block_k) and B (block_k × block_n)
-    in flight (operands in their own dtype); the pointer kernel's epilogue reuses that space, the
+    in flight (operands in their own dtype, plus one converted tile of an operand stored in another
+    dtype than the compute dtype, `operand_sizes`); the pointer kernel's epilogue reuses that space, the
     TMA kernel's stores go through a block_m × (block_n or block_n / 2, `store_halves`) buffer of
     their own (Triton 3.6 for sm_90: 128x256x64, 3 stages, bf16: 147,456 + 32,768 bytes, plus 24
     of barriers).
     """
-    tile_elements = (config.block_m + config.block_n) * config.block_k
-    pipeline = config.num_stages * tile_elements * problem.operand_bytes
+    a_bytes, b_bytes, a_cast, b_cast = operand_sizes(problem)
+    pipeline = (config.num_stages * (config.block_m * a_bytes + config.block_n * b_bytes) * config.block_k
+                + (config.block_m * a_cast + config.block_n * b_cast) * config.block_k)
     if not config.tma:
         return pipeline
     store_n = config.block_n // 2 if store_halves(config) else config.block_n
     return pipeline + config.block_m * store_n * problem.out_bytes
+
+
+def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:
+    """(A's bytes per element as stored, B's, A's converted copy's, B's): a converted copy is one
+    K step's tile in the compute dtype (0 bytes where the operand is stored in it), which Triton
+    writes to shared memory for an MMA that reads the operand there (wgmma's B), an estimate of
+    the conversion's staging not read from the compiler."""
+    return (problem.a_bytes, problem.b_bytes, problem.operand_bytes if problem.a_dtype else 0,
+            problem.operand_bytes if problem.b_dtype else 0)
 
 
 def store_halves(config: Config) -> bool:
@@ -61,11 +72,18 @@ def tma_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
         errors.append(f"the TMA kernel does not split K (split_k={config.split_k})")
     if problem.dtype not in TMA_DTYPES:
         errors.append(f"the TMA kernel takes {TMA_DTYPES} operands, not {problem.dtype}")
+    if problem.casts:
+        errors.append(f"the TMA kernel does not convert operands (A {problem.a_dtype or problem.dtype}, "
+                      f"B {problem.b_dtype or problem.dtype}, compute {problem.dtype})")
+    if problem.has_epilogue:
+        # Not yet measured there: its flattened tile loop stores through a descriptor, and a bias
+        # and residual read per tile would add loads the persistent schedule was not timed with.
+        errors.append(f"the TMA kernel has no epilogue ({problem.epilogue_short().strip()})")
     biggest = max(config.block_m, config.block_n, config.block_k)
     if biggest > TMA_MAX_BOX:
         errors.append(f"a TMA box holds at most {TMA_MAX_BOX} elements per axis, got a {biggest}-wide block")
-    for name, elements, size in (("A row stride", problem.a_row_stride, problem.operand_bytes),
-                                 ("B row stride", problem.b_row_stride, problem.operand_bytes),
+    for name, elements, size in (("A row stride", problem.a_row_stride, problem.a_bytes),
+                                 ("B row stride", problem.b_row_stride, problem.b_bytes),
                                  ("C row stride (N)", problem.n, problem.out_bytes)):
         if elements * size % TMA_ALIGNMENT_BYTES:
             errors.append(f"{name} {elements} x {size} bytes is not a multiple of {TMA_ALIGNMENT_BYTES} bytes")
@@ -82,6 +100,24 @@ def registers_per_thread(config: Config) -> int:
     return accumulator_registers_per_thread(config) + NON_ACCUMULATOR_REGISTERS
 
 
+# Registers of the epilogue's addresses and masks (the K loop's operand fragments and addresses
+# are dead by then): an estimate, not read from ptxas.
+EPILOGUE_ADDRESS_REGISTERS = 16
+
+
+def fused_epilogue(config: Config, problem: Problem) -> bool:
+    """Whether the GEMM kernel itself applies the problem's epilogue (bias, activation, residual):
+    without a K split (split-K or K phases, whose reduction kernel applies it after the sum)."""
+    return problem.has_epilogue and config.k_slices == 1
+
+
+def epilogue_registers_per_thread(config: Config, problem: Problem) -> int:
+    """Registers per thread while a fused epilogue runs: the accumulators, the tile's residual
+    loaded in their layout (an fp32 element per register, two 16-bit ones), the addresses."""
+    accumulators = accumulator_registers_per_thread(config)
+    return accumulators + -(-accumulators * problem.residual_bytes // 4) + EPILOGUE_ADDRESS_REGISTERS
+
+
 def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str]:
     """Reasons `config` cannot run `problem` on `hardware`; empty when it fits."""
     errors = []
@@ -90,7 +126,8 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
         staging = " + the TMA store's staging" if config.tma else ""
         errors.append(
             f"shared memory {smem} bytes (num_stages={config.num_stages} x "
-            f"({config.block_m}+{config.block_n}) x {config.block_k} x {problem.operand_bytes} B{staging}) "
+            f"({config.block_m} x {problem.a_bytes} B + {config.block_n} x {problem.b_bytes} B) x {config.block_k}"
+            f"{staging}) "
             f"exceeds {hardware.name}'s {hardware.smem_per_block} bytes per block"
         )
     threads = 32 * config.num_warps
@@ -98,6 +135,14 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
         errors.append(f"num_warps={config.num_warps} gives {threads} threads, over 1024 per block")
     if config.tma:
         errors.extend(tma_errors(config, problem, hardware))
+    if config.k_phases > 1 and problem.casts:
+        errors.append(f"K phases (k_phases={config.k_phases}) with operands of different dtypes (A "
+                      f"{problem.a_dtype or problem.dtype}, B {problem.b_dtype or problem.dtype}): not built")
+    if problem.residual_dtype and fused_epilogue(config, problem):
+        registers = epilogue_registers_per_thread(config, problem)
+        if registers > hardware.max_regs_per_thread:
+            errors.append(f"the epilogue holds {registers} registers per thread (accumulators, the residual's "
+                          f"tile in {problem.residual_dtype}, addresses), over {hardware.max_regs_per_thread}")
     return errors
 
 
@@ -131,6 +176,8 @@ def k_phase_counts(problem: Problem) -> tuple[int, ...]:
     (`phase_vector_bytes`), so that their loads are pipelined. Fewer phases write fewer fp32
     partials and load narrower vectors; for a bf16 row of odd length: 2 (4-byte loads), 4 (8),
     8 (16)."""
+    if problem.casts:  # the phases' vector width is one element count for both operands
+        return ()
     needed = needed_k_phases(problem)
     return tuple(p for p in (2, 4, 8) if p <= needed and phase_vector_bytes(problem, p) >= MIN_ASYNC_COPY_BYTES)
 
@@ -372,7 +419,7 @@ def footprint_bytes(problem: Problem) -> int:
     included) and C, for every batch entry."""
     a_rows = problem.k if problem.transpose_a else problem.m
     b_rows = problem.n if problem.transpose_b else problem.k
-    operands = (a_rows * problem.a_row_stride + b_rows * problem.b_row_stride) * problem.operand_bytes
+    operands = a_rows * problem.a_row_stride * problem.a_bytes + b_rows * problem.b_row_stride * problem.b_bytes
     return problem.batch * (operands + problem.m * problem.n * problem.out_bytes)
 
 
