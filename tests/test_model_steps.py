@@ -116,11 +116,29 @@ def test_decode_with_cache_matches_the_full_forward(name, rng):
         assert relative_error(logits[0, 0], np.asarray(full[0, i], np.float64)) < 1e-4, i
 
 
+def test_generate_loop_runs_greedy_decode_steps(rng):
+    spec = TINY["gpt2-small"]
+    model = ms.model_for(spec, dtype=jnp.float32)
+    params = ms.init_params(model, _seed(rng))
+    token = jnp.asarray(rng.integers(0, spec.vocab, (1, 1)), jnp.int32)
+    step, start, n = ms.decode_step(model), 3, spec.cache  # wraps past the cache's end
+    cache, expected = ms.init_cache(spec, 1, jnp.float32), token
+    for i in range(n):
+        logits, cache = step(params, cache, expected, jnp.int32((start + i) % spec.cache))
+        expected = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)[:, None]
+    loop = ms.generate_loop(model)
+    cache_loop, token_loop = loop(params, ms.init_cache(spec, 1, jnp.float32), token, jnp.int32(start), jnp.int32(n))
+    assert int(token_loop[0, 0]) == int(expected[0, 0])
+    for got, want in zip(jax.tree.leaves(cache_loop), jax.tree.leaves(cache), strict=True):
+        assert relative_error(got, np.asarray(want, np.float64)) < 1e-5
+
+
 @pytest.mark.slow
 def test_run_reports_a_tiny_decoder(tmp_path, monkeypatch, rng):
     # An interpreted jtblas training step takes seconds on CPU, so R = 1; Flax's millisecond steps
     # then need R doubled until the slope outweighs the host's noise.
     monkeypatch.setattr(ms, "MAX_RETRIES", 12)
+    monkeypatch.setattr(ms, "GENERATE_TOKENS", 2)
     out, lines = tmp_path / "steps.json", []
     report = ms.run(names=["gpt2-small"], param_dtypes=("float32",), tiny_models=True, rounds=1, repeats=1,
                     out=out, log=lines.append, seed=_seed(rng))
@@ -129,7 +147,8 @@ def test_run_reports_a_tiny_decoder(tmp_path, monkeypatch, rng):
     (entry,) = report["results"]
     assert "error" not in entry, entry["error"]
     assert (entry["model"], entry["param_dtype"], entry["dtype"]) == ("gpt2-small-tiny", "float32", "bfloat16")
-    assert set(entry["steps"]) == {"train", "decode"}
+    assert set(entry["steps"]) == {"train", "decode", "generate"}
+    assert entry["steps"]["generate"]["tokens_per_call"] == 2
     for kind, r in entry["steps"].items():
         for variant in ("flax", "jtblas"):
             assert r[variant]["seconds"] > 0 and r[variant]["first_call_s"] > 0, (kind, variant)
@@ -139,9 +158,9 @@ def test_run_reports_a_tiny_decoder(tmp_path, monkeypatch, rng):
         assert "t(2R) - t(R)" in r["method"]
     train, decode = entry["steps"]["train"], entry["steps"]["decode"]
     assert np.isfinite(train["loss_flax"]) and train["loss_rel_diff"] < 2e-2
-    assert decode["logits_rel_diff"] < 2e-2
+    assert decode["logits_rel_diff"] < 2e-2 and entry["steps"]["generate"]["logits_rel_diff"] < 2e-2
     table = ms.markdown(report)
-    assert "jtblas speed ÷ Flax" in table and table.count("gpt2-small-tiny") == 2
+    assert "jtblas speed ÷ Flax" in table and table.count("gpt2-small-tiny") == 3
     assert ms.markdown(report["results"]) == table
     assert any("gpt2-small-tiny" in line for line in lines)
 

@@ -11,7 +11,11 @@ Measured per model and parameter dtype (compute is bf16):
 - ``train``: a jitted AdamW step (cross-entropy loss, `jax.value_and_grad`, params and optimiser
   state donated and carried from step to step);
 - ``decode``: a jitted one-token step of the decoders against a KV cache (batch 1), the cache
-  donated and carried and the position advanced each step;
+  donated and carried and the position advanced each step, dispatched from Python step by step
+  (host dispatch included: what a per-token Python loop gets);
+- ``generate``: the same one-token step run n times inside one jitted `lax.fori_loop` (greedy:
+  each step's argmax token is the next step's input), timed as a slope over n: device time per
+  token, as a jitted generation loop gets it;
 - ``infer``: the encoder's forward pass over a batch of images (in place of decoding).
 
 Step time is a slope: a Python loop dispatches R steps and then blocks on the last output, again
@@ -75,6 +79,11 @@ __all__ = [
 # The two variants, in the order the first round runs them.
 VARIANTS: dict[str, type] = {"flax": linen.Dense, "jtblas": jtblas.nn.Dense}
 
+# The steps measured by default.
+STEPS = ("train", "decode", "generate")
+# Tokens per call of the generation loop: a call's dispatch (tens of µs) spread over this many
+# tokens of a few hundred µs each is well under 1% of a token.
+GENERATE_TOKENS = 64
 # One timed loop of R steps should last about this long (seconds).
 TARGET_LOOP_S = 0.05
 MIN_REPEATS = 3
@@ -402,6 +411,22 @@ def decode_step(model: linen.Module) -> Callable:
     return jax.jit(step, donate_argnums=(1,))
 
 
+def generate_loop(model: linen.Module) -> Callable:
+    """Jitted (params, cache, token [B, 1], start scalar, n scalar) -> (cache, token): n greedy
+    one-token steps in one `lax.fori_loop` (positions start, start + 1, ... wrapping at the cache
+    length; each step's argmax token feeds the next); cache donated."""
+    def run(params, cache, token, start, n):
+        def body(i, state):
+            cache, token = state
+            position = (start + i) % model.spec.cache
+            logits, cache = model.apply({"params": params}, token, cache=cache, position=position)
+            return cache, jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)[:, None]
+
+        return jax.lax.fori_loop(0, n, body, (cache, token))
+
+    return jax.jit(run, donate_argnums=(1,))
+
+
 def forward_step(model: linen.Module) -> Callable:
     """Jitted (params, inputs) -> logits: the inference forward pass (no cache)."""
     def step(params, inputs):
@@ -422,7 +447,9 @@ def _method(rounds: int, repeats: int | None = None) -> str:
         "Per step = (t(2R) - t(R)) / R, t = wall time (time.perf_counter) of a Python loop dispatching R "
         f"(then 2R) jitted steps followed by jax.block_until_ready on the last output; {chosen}. Training "
         "carries the donated params and AdamW state, decoding the donated KV cache with the position advancing "
-        "(wrapping at the cache length) and a fixed input token, inference re-runs the same batch. "
+        "(wrapping at the cache length) and a fixed input token, inference re-runs the same batch; generate "
+        f"dispatches calls of a jitted lax.fori_loop of {GENERATE_TOKENS} greedy one-token steps and divides "
+        "the per-call slope by the tokens. "
         f"A round whose slope is <= 0 is re-timed with R doubled (up to {MAX_RETRIES} times). "
         f"Median over {rounds} round(s), flax then jtblas in even rounds and the reverse in odd ones. "
         "first_call_s = wall time of the first call with block_until_ready (tracing, XLA compilation, jtblas "
@@ -532,6 +559,34 @@ def _measure_decode(spec, models, params, *, seed, rounds, repeats, method) -> d
     return _finish(timed, first, logits_rel_diff=_rel_norm(logits["flax"], logits["jtblas"]), method=method)
 
 
+def _measure_generate(spec, models, params, *, seed, rounds, repeats, method) -> dict:
+    """Per-token time of `generate_loop` at GENERATE_TOKENS tokens per call, by `_compare`'s slope
+    over calls; the agreement compares the first token's logits of one decode step."""
+    rng = np.random.default_rng(seed + 1)
+    token = jnp.asarray(rng.integers(0, spec.vocab, (1, 1)), jnp.int32)
+    start = jax.device_put(np.int32(0))
+    tokens = jax.device_put(np.int32(GENERATE_TOKENS))
+    first, logits, runners = {}, {}, {}
+    for variant, model in models.items():
+        loop = generate_loop(model)
+        first[variant], (cache, _) = _first_call(
+            lambda loop=loop: loop(params, init_cache(spec, 1, model.dtype), token, start, tokens))
+        logits[variant] = np.asarray(
+            decode_step(model)(params, init_cache(spec, 1, model.dtype), token, start)[0].astype(jnp.float32))
+
+        def advance(cache, loop=loop):
+            return loop(params, cache, token, start, tokens)[0]
+
+        runners[variant] = [advance, cache]
+    timed = _compare(runners, rounds=rounds, repeats=repeats)
+    del runners
+    for entry in timed.values():  # per call -> per token
+        entry["seconds"] /= GENERATE_TOKENS
+        entry["round_seconds"] = [t / GENERATE_TOKENS for t in entry["round_seconds"]]
+    return _finish(timed, first, logits_rel_diff=_rel_norm(logits["flax"], logits["jtblas"]),
+                   tokens_per_call=GENERATE_TOKENS, method=method)
+
+
 def _measure_infer(spec, models, params, batch, *, rounds, repeats, method) -> dict:
     inputs = batch["patches"] if spec.kind == "encoder" else batch["tokens"][:, :-1]
     first, logits, runners = {}, {}, {}
@@ -548,23 +603,24 @@ def _measure_infer(spec, models, params, batch, *, rounds, repeats, method) -> d
 def _step_kinds(spec: ModelSpec, steps: Iterable[str]) -> list[str]:
     kinds = []
     for kind in steps:
-        if kind not in ("train", "decode", "infer"):
-            raise ValueError(f"unknown step {kind!r}: expected 'train', 'decode' or 'infer'")
-        if kind == "decode" and spec.kind == "encoder":
+        if kind not in ("train", "decode", "generate", "infer"):
+            raise ValueError(f"unknown step {kind!r}: expected 'train', 'decode', 'generate' or 'infer'")
+        if kind in ("decode", "generate") and spec.kind == "encoder":
             kind = "infer"  # the encoder has no decoding; its inference forward stands in
         if kind not in kinds:
             kinds.append(kind)
     return kinds
 
 
-def measure(spec: ModelSpec, *, param_dtype: Any, steps: Sequence[str] = ("train", "decode"), rounds: int = 3,
+def measure(spec: ModelSpec, *, param_dtype: Any, steps: Sequence[str] = STEPS, rounds: int = 3,
             repeats: int | None = None, dtype: Any = "bfloat16", seed: int = 0) -> dict:
     """Times `spec`'s steps with flax.linen.Dense and with jtblas.nn.Dense on the default device.
 
     Args:
       spec: the model.
       param_dtype: the parameters' dtype (``"float32"`` or ``"bfloat16"``).
-      steps: any of ``"train"``, ``"decode"`` (the encoder measures ``"infer"`` instead) and ``"infer"``.
+      steps: any of ``"train"``, ``"decode"``, ``"generate"`` (the encoder measures ``"infer"``
+        instead of either) and ``"infer"``.
       rounds: timing rounds per variant (median kept; order alternates).
       repeats: R for the slope, fixed; None chooses it so R steps last ~50 ms.
       dtype: the compute dtype.
@@ -592,6 +648,8 @@ def measure(spec: ModelSpec, *, param_dtype: Any, steps: Sequence[str] = ("train
             result["steps"][kind] = _measure_train(models, params, batch, **timing)
         elif kind == "decode":
             result["steps"][kind] = _measure_decode(spec, models, params, seed=seed, **timing)
+        elif kind == "generate":
+            result["steps"][kind] = _measure_generate(spec, models, params, seed=seed, **timing)
         else:
             result["steps"][kind] = _measure_infer(spec, models, params, batch, **timing)
         gc.collect()
@@ -605,7 +663,7 @@ def _device() -> str:
 
 def run(names: Sequence[str] | None = None, param_dtypes: Sequence[str] = ("float32", "bfloat16"),
         tiny_models: bool = False, out: str | pathlib.Path | None = None, log: Callable[[str], Any] = print, *,
-        steps: Sequence[str] = ("train", "decode"), rounds: int = 3, repeats: int | None = None, seed: int = 0) -> dict:
+        steps: Sequence[str] = STEPS, rounds: int = 3, repeats: int | None = None, seed: int = 0) -> dict:
     """`measure` for every model in `names` (default: all of `MODELS`; their `tiny` versions if
     `tiny_models`) × param dtype, with `measure`'s `steps`, `rounds`, `repeats` and `seed`.
 
@@ -678,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", choices=sorted(MODELS), default=None)
     parser.add_argument("--param-dtypes", nargs="*", default=["float32", "bfloat16"])
-    parser.add_argument("--steps", nargs="*", default=["train", "decode"])
+    parser.add_argument("--steps", nargs="*", default=list(STEPS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="the two-layer width-64 versions")
     parser.add_argument("--out", default=None, help="JSON file for the report")
