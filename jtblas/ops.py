@@ -123,10 +123,11 @@ def matmul(
     cotangent g is cast to the operands' dtype first and the gradients come back in the operands'
     dtypes. `vmap` launches the kernel's batch grid axis (or folds a batched `a` into M).
     Forward-mode (`jvp`, `jacfwd`) is not supported. With an epilogue, the residual's cotangent is
-    g itself; with an activation the backward pass recomputes the pre-activation op(a)·op(b) + bias
-    (one more jtblas GEMM, fp32 output, nothing saved from the forward pass) and multiplies g by
-    the activation's derivative there, in fp32; the bias's cotangent is that product's column
-    sum. Every cotangent comes back in its input's dtype.
+    g itself; with an activation, a differentiated forward pass launches the product up to the
+    pre-activation op(a)·op(b) + bias (in the output dtype) and lets XLA apply the activation and
+    the residual, saving the pre-activation for the backward pass (no second GEMM), which
+    multiplies g by the activation's derivative there, in fp32; the bias's cotangent is that
+    product's column sum. Every cotangent comes back in its input's dtype.
 
     Repacking: where an operand's rows or K are misaligned (narrow vector loads), the model may
     copy A and/or B into zero-padded buffers (K and the leading dimension rounded up to 64) and run
@@ -227,32 +228,33 @@ def _gemm(a: jax.Array, b: jax.Array, bias: jax.Array | None, residual: jax.Arra
 def _gemm_fwd(a: Any, b: Any, bias: Any, residual: Any, static: _Static) -> tuple[jax.Array, tuple]:
     # symbolic_zeros: the arrays come as CustomVJPPrimal(value, perturbed). Only the residuals a
     # gradient needs are kept: da needs b, db needs a (a data input, not perturbed, needs no da:
-    # one GEMM less per first layer); an activation's derivative needs a, b and the bias, from
-    # which the pre-activation is recomputed (nothing of size M x N is saved).
-    out = _gemm(a.value, b.value, None if bias is None else bias.value,
-                None if residual is None else residual.value, static)
-    pre = (a.value, b.value, None if bias is None else bias.value) if static.activation else None
-    return out, (a.value if b.perturbed else None, b.value if a.perturbed else None, pre)
+    # one GEMM less per first layer).
+    bias_value = None if bias is None else bias.value
+    residual_value = None if residual is None else residual.value
+    saved = (a.value if b.perturbed else None, b.value if a.perturbed else None)
+    if not static.activation:
+        return _gemm(a.value, b.value, bias_value, residual_value, static), (*saved, None)
+    # With an activation, the launch stops at the pre-activation z = op(a)·op(b) + bias (in the
+    # output dtype, as XLA's dot would write it) and XLA applies the activation and the residual:
+    # z is what the derivative needs, so it is saved rather than recomputed by a second GEMM in
+    # the backward pass (M x N saved, as for an unfused layer).
+    pre_static = static._replace(activation="", residual_dtype="")
+    pre = _gemm(a.value, b.value, bias_value, None, pre_static)
+    out = epilogue_reference(pre, activation=static.activation, residual=residual_value)
+    return out.astype(static.out_dtype), (*saved, pre)
 
 
 def _gemm_bwd(static: _Static, residuals: tuple, g: Any) -> tuple[Any, Any, Any, Any]:
     """dx = g'·op(b)ᵀ and dw = op(a)ᵀ·g', written for the stored layouts so that every operand is
     read through strides: each is the public `matmul` with transpose flags and config=None. g' is
-    g times the activation's derivative at the recomputed pre-activation (g without one); the
+    g times the activation's derivative at the saved pre-activation (g without one); the
     bias's cotangent is g''s column sum, the residual's g itself, each in its input's dtype."""
     a, b, pre = residuals
     if isinstance(g, jax.custom_derivatives.SymbolicZero):
         return None, None, None, None
     d_residual = g.astype(static.residual_dtype) if static.residual_dtype else None
-    if static.activation:
-        # The pre-activation op(a)·op(b) + bias, recomputed by one more product (bias fused, fp32
-        # out), then g times the activation's derivative there, in fp32.
-        pre_a, pre_b, pre_bias = pre
-        value = matmul(pre_a, pre_b, bias=pre_bias, transpose_a=static.transpose_a,
-                       transpose_b=static.transpose_b,
-                       precision=jax.lax.Precision.HIGHEST if static.input_precision == "ieee" else None,
-                       preferred_element_type=jnp.float32, deterministic=static.deterministic)
-        _, derivative = jax.vjp(ACTIVATION_FUNCTIONS[static.activation], value)
+    if static.activation:  # g times the activation's derivative at the saved pre-activation, in fp32
+        _, derivative = jax.vjp(ACTIVATION_FUNCTIONS[static.activation], pre.astype(jnp.float32))
         g = derivative(g.astype(jnp.float32))[0]
     d_bias = jnp.sum(g.astype(jnp.float32), axis=0).astype(static.bias_dtype) if static.bias_dtype else None
     da, db = _operand_cotangents(a, b, g, static)

@@ -193,6 +193,19 @@ def test_gradients_match_jax_grad_of_the_unfused_reference(activation, jit, rng)
         assert relative_error(got, np.asarray(want, np.float64)) < scale, name
 
 
+def test_gradient_with_an_activation_saves_the_pre_activation(rng):
+    """A differentiated product with an activation runs three GEMMs (forward, dx, dw): the
+    backward pass reads the saved pre-activation instead of recomputing it."""
+    a, b = stored(rng, (9, 16), "bfloat16"), stored(rng, (16, 24), "bfloat16")
+    bias = stored(rng, (24,), "float32")
+
+    def loss(x, y, z):
+        return jnp.sum(jtblas.matmul(x, y, bias=z, activation="silu").astype(jnp.float32))
+
+    assert kernel_calls(jax.grad(loss, argnums=(0, 1, 2)), a, b, bias) == 3
+    assert kernel_calls(lambda x, y, z: jax.vjp(loss, x, y, z)[0], a, b, bias) == 1
+
+
 def test_gradient_of_bf16_training_layer_with_vmap(rng):
     """grad through vmap of a bf16 layer with a bias and gelu: the backward products are jtblas's."""
     a = stored(rng, (2, 9, 16), "bfloat16")
