@@ -17,7 +17,8 @@ import numpy as np
 from jax import lax
 
 from jtblas.config import OPERAND_DTYPE_BYTES, OUTPUT_DTYPE_BYTES
-from jtblas.ops import is_static_dim, matmul
+from jtblas.operands import is_static_dim
+from jtblas.ops import matmul
 from jtblas.precision import input_precision
 
 _log = logging.getLogger(__name__)

@@ -30,7 +30,8 @@ from flax.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, PromoteD
 from jtblas.config import ACTIVATIONS, OPERAND_DTYPE_BYTES
 from jtblas.contraction import dot_general
 from jtblas.epilogue import ACTIVATION_FUNCTIONS
-from jtblas.ops import compute_dtype, is_static_dim, matmul
+from jtblas.operands import compute_dtype, is_static_dim
+from jtblas.ops import matmul
 
 __all__ = ["Dense", "Linear"]
 

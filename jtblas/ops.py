@@ -1,4 +1,7 @@
-"""`jtblas.matmul`: argument checks, leading-dim folding, layouts as strides, config choice.
+"""`jtblas.matmul`: the op. Leading-dim folding, layouts as strides, config choice, the
+`custom_vjp` (backward GEMMs) and `custom_vmap` (one batch grid axis) around the launches. The
+operands are checked in `jtblas.operands`; each launch's grid and meta-parameters come from
+`jtblas.launch_specs`.
 
 Precedence of the configuration: an explicit `config=` is used as given (after checking it fits
 the GPU), on the caller's operands; otherwise the analytical model plans the product at trace
@@ -12,24 +15,15 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from jtblas import hardware, launch, partitioning, sharding
+from jtblas import hardware, launch, launch_specs, partitioning, sharding
 from jtblas.epilogue import ACTIVATION_FUNCTIONS, epilogue_reference
-from jtblas.config import (
-    ACTIVATIONS,
-    EPILOGUE_DTYPE_BYTES,
-    OPERAND_DTYPE_BYTES,
-    Config,
-    Problem,
-    compute_dtype_name,
-)
+from jtblas.config import Config, Problem
 from jtblas.kernels.matmul import matmul_epilogue_kernel, matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
@@ -38,15 +32,8 @@ from jtblas.kernels.matmul_tma import (
 )
 from jtblas.kernels.reduce import sum_splits_epilogue_kernel, sum_splits_kernel
 from jtblas.model import repack, resources
-from jtblas.precision import input_precision
+from jtblas.operands import check_config, launch_hardware, problem_of_operands, stored_dtypes
 
-_INDEX_32_LIMIT = 2**31
-# CUDA's grid limits (CUDA C++ Programming Guide, "Technical Specifications per Compute
-# Capability"): 2^31 - 1 programs along x, 65535 along y and z. The batch is grid axis 1, so a
-# larger batch is launched in chunks of at most MAX_GRID_YZ entries (`_launch_gemm`); a module
-# attribute so that a test can lower it.
-MAX_GRID_X = 2**31 - 1
-MAX_GRID_YZ = 65535
 # Overrides the model's repacking decision while tracing (`repack_mode`): tests and experiments.
 _REPACK_MODE: contextvars.ContextVar[str] = contextvars.ContextVar("jtblas_repack_mode", default="auto")
 
@@ -407,186 +394,6 @@ def _pad_to(x: jax.Array, shape: tuple[int, int]) -> jax.Array:
     return jnp.pad(x, ((0, 0), (0, shape[0] - rows), (0, shape[1] - cols)))
 
 
-class LaunchSpec(NamedTuple):
-    """Everything but the operands that one launch of `matmul_kernel` (or, from
-    `sum_splits_spec`, of `sum_splits_kernel`) needs."""
-
-    grid: tuple[int, ...]
-    # matmul_kernel: M, N, K, the six matrix strides, the three batch strides, each divided by its
-    # *_UNIT. sum_splits_kernel: the size of one partial, divided by SIZE_UNIT.
-    scalars: tuple[int, ...]
-    num_warps: int
-    num_stages: int
-    metaparams: dict[str, Any]
-
-
-def launch_spec(
-    problem: Problem,
-    config: Config,
-    *,
-    batch: int = 1,
-    batch_strides: tuple[int, int, int] = (0, 0, 0),
-    atomic: bool = False,
-    hw: hardware.Hardware | None = None,
-) -> LaunchSpec:
-    """Grid, scalar arguments and meta-parameters of `matmul_kernel` for row-major operands
-    (A [M, K] or [K, M] when transposed, B [K, N] or [N, K], each row `problem.lda`/`ldb` elements
-    apart, dense by default; C [M, N] dense); shared by `matmul` and the benchmark, which launches
-    the same kernel on torch tensors.
-
-    With `config.split_k` > 1 (or `config.k_phases` > 1) the grid gains a third axis (the split,
-    or the phase) and the kernel's output is not C but an fp32 workspace [split_k·k_phases, batch,
-    M, N] of partial sums (its batch stride is M·N
-    whatever `batch_strides` says); `sum_splits_spec` launches the reduction into C. With `atomic`
-    (and a split) the output is instead a zeroed fp32 [batch, M, N] buffer (batch stride M·N)
-    into which every split adds its partial with atomics (ATOMIC_SPLIT); the result is C when C
-    is fp32, else `sum_splits_spec(..., atomic=True)` casts it.
-
-    A `config.tma` launch is `matmul_tma_kernel`'s instead (`tma_launch_spec`, on `hw`, by
-    default the detected GPU).
-    """
-    if config.tma:
-        return tma_launch_spec(problem, config, batch=batch, batch_strides=batch_strides, hw=hw)
-    m, n, k = problem.m, problem.n, problem.k
-    split = config.k_slices
-    lda, ldb = problem.a_row_stride, problem.b_row_stride
-    stride_am, stride_ak = (1, lda) if problem.transpose_a else (lda, 1)
-    stride_bk, stride_bn = (1, ldb) if problem.transpose_b else (ldb, 1)
-    phase_major = resources.phase_major_a(problem, config)
-    if phase_major:  # A is its phase-major copy (`phase_major_copy`)
-        stride_am = config.k_phases * resources.phase_columns(problem, config.k_phases, config.block_k)
-    shift_a, shift_b = resources.shifted_operands(problem, config)
-    vector = resources.phase_vector_bytes(problem, config.k_phases) // problem.operand_bytes
-    # A shifted operand's tiles start up to vector - 1 rows (columns) before C's.
-    tiles = (math.ceil((m + (vector - 1) * shift_a) / config.block_m)
-             * math.ceil((n + (vector - 1) * shift_b) / config.block_n))
-    _check_grid(tiles, batch, split, problem, config)
-    atomic = atomic and split > 1
-    biggest = max(*_stored_elements(problem), m * stride_am * phase_major, m * n * (1 if atomic else split)) * batch
-    stride_cb = m * n if split > 1 else batch_strides[2]
-    sizes_and_strides = dict(
-        M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
-        STRIDE_BN=stride_bn, STRIDE_CM=n, STRIDE_CN=1, STRIDE_AB=batch_strides[0],
-        STRIDE_BB=batch_strides[1], STRIDE_CB=stride_cb,
-    )
-    # 16 bytes' worth of elements is all a vector load or store can use.
-    out_bytes = 4 if split > 1 else problem.out_bytes  # the split-K workspace is fp32
-    limit = 16 // min(problem.a_bytes, problem.b_bytes, out_bytes)
-    units = {name: divisibility_unit(value, limit) for name, value in sizes_and_strides.items()}
-    units["STRIDE_CN"] = 1  # always 1: the compiler specialises it to the constant
-    return LaunchSpec(
-        grid=(tiles, batch, split) if split > 1 else (tiles, batch),
-        scalars=tuple(value // units[name] for name, value in sizes_and_strides.items()),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        metaparams=dict(
-            **_tile_metaparams(problem, config),
-            EVEN_K=k % (config.block_k * config.k_phases) == 0,
-            INDEX_64=biggest >= _INDEX_32_LIMIT,
-            **{f"{name}_UNIT": unit for name, unit in units.items() if name != "STRIDE_CN"},
-            SPLIT_K=config.split_k,
-            ATOMIC_SPLIT=atomic,
-            K_FROM_INDICES=resources.k_from_indices(problem),
-            SHORT_A_ROWS=m if resources.masks_short_a(problem, config) else 0,
-            SWAP_AB=config.swap_ab,
-            K_PHASES=config.k_phases,
-            SHIFT_A=shift_a,
-            SHIFT_B=shift_b,
-            VECTOR=vector,
-            PHASE_MAJOR_A=phase_major,
-            TILE_M_UNIT=vector if shift_a else units["M"],
-            TILE_N_UNIT=vector if shift_b else units["N"],
-            CAST_A=problem.dtype if problem.a_dtype else "",
-            CAST_B=problem.dtype if problem.b_dtype else "",
-            ROUND_ONLY=False,
-        ),
-    )
-
-
-def tma_launch_spec(
-    problem: Problem,
-    config: Config,
-    *,
-    batch: int = 1,
-    batch_strides: tuple[int, int, int] = (0, 0, 0),
-    hw: hardware.Hardware | None = None,
-) -> LaunchSpec:
-    """Grid, scalars and meta-parameters of `matmul_tma_kernel` (a `config.tma` launch), for the
-    operands `launch_spec` describes: a persistent grid of min(tiles, SMs x resident programs)
-    programs per batch element, each walking tiles in grouped order."""
-    hw = hw or hardware.detect()
-    tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
-    resident = _resident_programs(config, problem, hw)
-    _check_grid(min(tiles, resident), batch, 1, problem, config)
-    biggest = max(*_stored_elements(problem), problem.m * problem.n) * batch
-    return LaunchSpec(
-        grid=(min(tiles, resident), batch),
-        scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, *batch_strides),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        metaparams=dict(
-            **_tile_metaparams(problem, config),
-            TRANSPOSE_A=problem.transpose_a,
-            TRANSPOSE_B=problem.transpose_b,
-            STORE_HALVES=resources.store_halves(config),
-            INDEX_64=biggest >= _INDEX_32_LIMIT,
-        ),
-    )
-
-
-def _check_grid(programs: int, batch: int, split: int, problem: Problem, config: Config) -> None:
-    """Raises ValueError where a grid (programs, batch, split) passes CUDA's limits (`_launch_gemm`
-    chunks the batch before it gets here)."""
-    if programs > MAX_GRID_X or batch > MAX_GRID_YZ or split > MAX_GRID_YZ:
-        raise ValueError(
-            f"jtblas: the grid ({programs}, {batch}, {split}) of {config.short()} on {problem.short()} passes "
-            f"CUDA's limits ({MAX_GRID_X} programs along x, {MAX_GRID_YZ} along y and z)")
-
-
-def _resident_programs(config: Config, problem: Problem, hw: hardware.Hardware) -> int:
-    """Programs of `config` the GPU holds at once (SMs x programs per SM): a persistent grid."""
-    return hw.sm_count * max(1, resources.programs_per_sm(config, problem, hw))
-
-
-def _tile_metaparams(problem: Problem, config: Config) -> dict[str, Any]:
-    """The meta-parameters both GEMM kernels take: the tile, the group and the dot's precision."""
-    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                GROUP_M=config.group_m, INPUT_PRECISION=problem.input_precision)
-
-
-def _stored_elements(problem: Problem) -> tuple[int, int]:
-    """Elements A and B span as stored: rows x row stride (`lda`, `ldb`)."""
-    a_rows = problem.k if problem.transpose_a else problem.m
-    b_rows = problem.n if problem.transpose_b else problem.k
-    return a_rows * problem.a_row_stride, b_rows * problem.b_row_stride
-
-
-def sum_splits_spec(problem: Problem, config: Config, *, batch: int = 1, atomic: bool = False,
-                    hw: hardware.Hardware | None = None) -> LaunchSpec:
-    """Grid, scalars and meta-parameters of `sum_splits_kernel`, the second launch of a split-K
-    product: it reads the fp32 workspace [split_k, batch, M, N] that `matmul_kernel` wrote and
-    writes C [batch, M, N] in the output dtype, in programs of `resources.reduction_block`
-    elements spread over `hw`'s SMs (by default the detected GPU's). With `atomic` the workspace
-    is the single fp32 sum [batch, M, N] that the atomic launch wrote, and this launch only casts
-    it (SPLIT_K=1)."""
-    if config.k_slices == 1:
-        raise ValueError(f"sum_splits_spec: {config.short()} does not split K")
-    splits = 1 if atomic else config.k_slices
-    size = batch * problem.m * problem.n
-    unit = divisibility_unit(size, 16 // 4)  # fp32 partials: 4 elements fill a 16-byte load
-    block = resources.reduction_block(size, hw or hardware.detect())
-    return LaunchSpec(
-        grid=(math.ceil(size / block),),
-        scalars=(size // unit,),
-        num_warps=resources.reduction_warps(block),
-        num_stages=1,
-        metaparams=dict(
-            SPLIT_K=splits, BLOCK=block, SIZE_UNIT=unit,
-            INDEX_64=size * splits >= _INDEX_32_LIMIT,
-        ),
-    )
-
-
 def _launch_gemm(
     a: jax.Array,
     b: jax.Array,
@@ -615,7 +422,7 @@ def _launch_gemm(
     `matmul_epilogue_kernel` without a split, `sum_splits_epilogue_kernel` after one (also after
     the atomic split of an fp32 output, which then is not C yet).
     """
-    if batch > MAX_GRID_YZ:
+    if batch > launch_specs.MAX_GRID_YZ:
         return _launch_gemm_chunked(a, b, problem, config, batch=batch, batch_strides=batch_strides,
                                     deterministic=deterministic, hw=hw, bias=bias, residual=residual)
     split = config.k_slices
@@ -624,7 +431,7 @@ def _launch_gemm(
         a = phase_major_copy(a, problem, config)
         if batch_strides[0]:
             batch_strides = (a.shape[-2] * a.shape[-1], *batch_strides[1:])
-    spec = launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
+    spec = launch_specs.launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
     out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
     out_dtype = jnp.dtype(problem.out_dtype)
     fp32 = jnp.dtype(jnp.float32)
@@ -659,7 +466,7 @@ def _launch_gemm(
     )
     if split == 1 or (atomic and out_dtype == fp32 and not problem.has_epilogue):
         return product
-    reduction = sum_splits_spec(problem, config, batch=batch, atomic=atomic, hw=hw)
+    reduction = launch_specs.sum_splits_spec(problem, config, batch=batch, atomic=atomic, hw=hw)
     if problem.has_epilogue:
         kernel, metaparams = sum_splits_epilogue_kernel, dict(reduction.metaparams, **epilogue)
         args = [product, *epilogue_args, *reduction.scalars, problem.n, problem.m * problem.n]
@@ -692,13 +499,13 @@ def _launch_gemm_chunked(
     batch_strides: tuple[int, int, int], deterministic: bool, hw: hardware.Hardware | None,
     bias: jax.Array | None = None, residual: jax.Array | None = None,
 ) -> jax.Array:
-    """`_launch_gemm` over a batch larger than the grid's batch axis holds (MAX_GRID_YZ): one
-    launch per chunk of at most MAX_GRID_YZ entries, the results concatenated. The chunks' slices
+    """`_launch_gemm` over a batch larger than the grid's batch axis holds (`launch_specs.MAX_GRID_YZ`):
+    one launch per chunk of at most MAX_GRID_YZ entries, the results concatenated. The chunks' slices
     and the concatenation copy their operands and C once more; batches this large are products of
     small matrices, whose launches are few (2 at B = 70000)."""
     chunks = []
-    for start in range(0, batch, MAX_GRID_YZ):
-        size = min(MAX_GRID_YZ, batch - start)
+    for start in range(0, batch, launch_specs.MAX_GRID_YZ):
+        size = min(launch_specs.MAX_GRID_YZ, batch - start)
         part_a = a[start:start + size] if batch_strides[0] else a
         part_b = b[start:start + size] if batch_strides[1] else b
         part = dataclasses.replace(problem, batch=size)
@@ -708,160 +515,3 @@ def _launch_gemm_chunked(
     return jnp.concatenate(chunks, axis=0)
 
 
-def divisibility_unit(value: int, limit: int) -> int:
-    """Largest power of two up to `limit` dividing `value` (`limit` for 0): the divisibility that
-    Triton's own launcher specialises integer arguments on (by 16), passed to the kernel
-    explicitly (see the kernel's *_UNIT parameters)."""
-    unit = 1
-    while unit < limit and value % (2 * unit) == 0:
-        unit *= 2
-    return unit
-
-
-def problem_of_operands(
-    a: Any,
-    b: Any,
-    *,
-    transpose_a: bool,
-    transpose_b: bool,
-    precision: Any,
-    preferred_element_type: Any,
-    bias: Any = None,
-    activation: Any = None,
-    residual: Any = None,
-) -> tuple[Problem | None, GemmShape]:
-    """Checks the operands and the epilogue's arguments; returns the kernel's `Problem` (None
-    when M, N or K is 0) and the sizes, with the batch shape that folds into M.
-
-    Raises TypeError for non-arrays and unsupported dtypes, ValueError for bad ranks and shapes,
-    mismatched contracting dimensions and unknown activations.
-    """
-    for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, (jax.Array, np.ndarray)):
-            raise TypeError(f"jtblas.matmul: {name} must be a jax.Array or numpy array, got {type(x).__name__}")
-        symbolic = [d for d in x.shape if not is_static_dim(d)]
-        if symbolic:
-            # The grid and the model's config are chosen from the sizes while tracing.
-            raise ValueError(
-                f"jtblas needs static shapes: got a symbolic dimension {symbolic[0]} in {name}.shape={x.shape}; "
-                "for shape-polymorphic jax.export use jtblas.dot_general (it falls back to "
-                "jax.lax.dot_general for symbolic shapes) or jax.lax.dot_general"
-            )
-    if a.ndim < 2 or b.ndim != 2:
-        raise ValueError(
-            f"jtblas.matmul: a must have rank >= 2 and b rank 2, got {a.shape=} and {b.shape=}"
-        )
-    if transpose_a and a.ndim != 2:
-        raise ValueError(f"jtblas.matmul: transpose_a needs a 2-D a, got {a.shape=}")
-    dtype = compute_dtype(a, b, precision)
-    out_dtype = jnp.dtype(dtype if preferred_element_type is None else preferred_element_type)
-    if out_dtype.name not in OPERAND_DTYPE_BYTES:
-        raise TypeError(
-            f"jtblas.matmul: preferred_element_type must be one of {sorted(OPERAND_DTYPE_BYTES)}, "
-            f"got {out_dtype.name}"
-        )
-    if transpose_a:
-        k_a, rows = a.shape
-    else:
-        rows, k_a = a.shape[-2:]
-    k_b, n = b.shape[::-1] if transpose_b else b.shape
-    if k_a != k_b:
-        raise ValueError(
-            f"jtblas.matmul: {a.shape=} ({transpose_a=}) and {b.shape=} ({transpose_b=}) do not "
-            f"contract: {k_a} != {k_b}"
-        )
-    leading = () if transpose_a else tuple(a.shape[:-2])
-    m = math.prod(leading) * rows  # leading dims of `a` fold into M: a free reshape
-    shape = GemmShape(m=m, n=n, k=k_a, out_shape=(*leading, rows, n))
-    bias_dtype, activation, residual_dtype = _check_epilogue(bias, activation, residual, shape)
-    if min(m, n, k_a) == 0:
-        return None, shape
-    a_dtype, b_dtype = stored_dtypes(a, b, dtype.name)
-    problem = Problem(
-        m=m, n=n, k=k_a, dtype=dtype.name, out_dtype=out_dtype.name,
-        transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
-        input_precision=input_precision(precision),
-        bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype, a_dtype=a_dtype, b_dtype=b_dtype,
-    )
-    return problem, shape
-
-
-def _check_epilogue(bias: Any, activation: Any, residual: Any, shape: GemmShape) -> tuple[str, str, str]:
-    """(bias dtype, activation, residual dtype) of the epilogue's arguments, "" for each absent;
-    raises TypeError for a non-array or a dtype the kernel does not add (integer, complex,
-    float64), ValueError for a bias that is not [N], a residual not of the result's shape
-    ([..., M, N], or [M, N] with the leading dims folded) and an unknown activation."""
-    names = []
-    for name, x in (("bias", bias), ("residual", residual)):
-        if x is None:
-            names.append("")
-            continue
-        if not isinstance(x, (jax.Array, np.ndarray)):
-            raise TypeError(f"jtblas.matmul: {name} must be a jax.Array, a numpy array or None, got {type(x).__name__}")
-        dtype = jnp.dtype(x.dtype).name
-        if dtype not in EPILOGUE_DTYPE_BYTES:
-            raise TypeError(f"jtblas.matmul: {name} must have a dtype among {sorted(EPILOGUE_DTYPE_BYTES)} "
-                            f"(added in fp32 by the kernel), got {name}.dtype={dtype}")
-        names.append(dtype)
-    if bias is not None and tuple(bias.shape) != (shape.n,):
-        raise ValueError(f"jtblas.matmul: bias must have shape (N,) = ({shape.n},) for a result of shape "
-                         f"{shape.out_shape}, got {bias.shape=}")
-    if residual is not None and tuple(residual.shape) not in (shape.out_shape, (shape.m, shape.n)):
-        raise ValueError(f"jtblas.matmul: residual must have the result's shape {shape.out_shape} (or "
-                         f"{(shape.m, shape.n)}), got {residual.shape=}")
-    if activation is None:
-        activation = ""
-    elif not isinstance(activation, str) or activation not in ACTIVATIONS:
-        raise ValueError(f"jtblas.matmul: activation must be None or one of {ACTIVATIONS}, got {activation!r}")
-    return names[0], activation, names[1]
-
-
-def is_static_dim(dim: Any) -> bool:
-    """True for a concrete size; False for a symbolic one (`jax.export.symbolic_shape`)."""
-    return isinstance(dim, (int, np.integer))
-
-
-class GemmShape(NamedTuple):
-    """Sizes of a product: M (leading dims of `a` folded in), N, K, and the result's shape."""
-
-    m: int
-    n: int
-    k: int
-    out_shape: tuple[int, ...]
-
-
-def compute_dtype(a: Any, b: Any, precision: Any = None) -> np.dtype:
-    """The dtype the kernel multiplies `a` and `b` in (`jtblas.config.compute_dtype_name`): for
-    operands of two dtypes, each is loaded as stored and converted in registers, with no
-    converted copy in memory.
-
-    Raises TypeError for a dtype the kernel does not take."""
-    for name, x in (("a", a), ("b", b)):
-        if jnp.dtype(x.dtype).name not in OPERAND_DTYPE_BYTES:
-            raise TypeError(
-                f"jtblas.matmul: unsupported dtype {jnp.dtype(x.dtype).name} of {name}; the kernel takes "
-                f"{sorted(OPERAND_DTYPE_BYTES)} (use jtblas.dot_general for others, it falls back to XLA)"
-            )
-    return jnp.dtype(compute_dtype_name(jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name,
-                                        input_precision(precision)))
-
-
-def stored_dtypes(a: Any, b: Any, compute: str) -> tuple[str, str]:
-    """`Problem.a_dtype` and `b_dtype`: each operand's dtype name where it is not `compute`, else ""."""
-    return tuple(name if name != compute else "" for name in (jnp.dtype(a.dtype).name, jnp.dtype(b.dtype).name))
-
-
-def launch_hardware(operands: list[Any]) -> hardware.Hardware:
-    """The description of the GPU these operands' launch runs on (`hardware.detect`), as the
-    launch's platform can use it (`hardware.for_launch`: a forced CUDA launch on a CPU
-    machine, for one, follows the installed jaxlib)."""
-    platform, _ = launch.target_platform(operands)
-    return hardware.for_launch(hardware.detect(), platform)
-
-
-def check_config(config: Any, problem: Problem, hw: hardware.Hardware | None = None) -> None:
-    """Raises if `config` is not a Config or cannot run `problem` on the GPU in use."""
-    hw = hw or hardware.detect()
-    errors = resources.fit_errors(config, problem, hw) + resources.memory_errors(problem, hw, config)
-    if errors:
-        raise ValueError(f"jtblas.matmul: config {config} cannot run: " + "; ".join(errors))

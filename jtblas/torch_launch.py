@@ -1,7 +1,7 @@
 """Our kernels launched on torch tensors, outside JAX: what the torch-launch benchmark
 contenders and `jtblas calibrate` time with CUDA graphs (`jtblas.timing.GraphTimer`). The grid
-and constexprs come from `jtblas.ops.launch_spec`, exactly as `jtblas.matmul` launches them.
-torch, Triton and the kernels are imported when a launcher is built."""
+and constexprs come from `jtblas.launch_specs.launch_spec`, exactly as `jtblas.matmul` launches
+them. torch, Triton, the kernels and the launch specs are imported when a launcher is built."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ class LaunchOperands:
 
 def kernel_launcher(ops: LaunchOperands, problem: Problem, config: Config) -> Callable[[int], object]:
     """launch(i): our `matmul_kernel` on operand set i with `config` (the grid and constexprs come
-    from `jtblas.ops.launch_spec`, exactly as `jtblas.matmul` launches it). `ops` is anything with
-    LaunchOperands' attributes (the benchmark's `TorchOperands` too)."""
+    from `jtblas.launch_specs.launch_spec`, exactly as `jtblas.matmul` launches it). `ops` is
+    anything with LaunchOperands' attributes (the benchmark's `TorchOperands` too)."""
     from jtblas.kernels.matmul import matmul_kernel
     from jtblas.kernels.matmul_tma import matmul_tma_kernel
     from jtblas.kernels.reduce import sum_splits_kernel
-    from jtblas.ops import launch_spec, sum_splits_spec
+    from jtblas.launch_specs import launch_spec, sum_splits_spec
 
     spec = launch_spec(problem, config)
     if config.tma:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jtblas
-from jtblas import hardware, model, ops
+from jtblas import hardware, launch_specs, model, operands
 from jtblas.bench import shapes
 from jtblas.config import Problem
 from jtblas.model import candidates, resources
@@ -136,14 +136,14 @@ def test_a_forced_split_whose_workspace_passes_device_memory_is_refused():
     problem = Problem(m=16384, n=16384, k=1 << 16, batch=4)  # A, B, C: 12 GiB; 256 partials: 1 TiB
     config = jtblas.Config(block_m=128, block_n=128, block_k=64, split_k=256)
     with pytest.raises(ValueError, match="partials, more than h200's 141 GiB"):
-        ops.check_config(config, problem, H200)
+        operands.check_config(config, problem, H200)
 
 
 def test_a_product_that_fits_memory_but_has_k_past_int32_gets_64_bit_offsets():
     """1x1x(2^31+1): 8 GiB of operands fit; the plan is a real one and the launch indexes in int64."""
     problem = Problem(m=1, n=1, k=2**31 + 1)
     config = model.plan_for_problem(problem, H200).config
-    spec = ops.launch_spec(problem, config, hw=H200)
+    spec = launch_specs.launch_spec(problem, config, hw=H200)
     assert spec.metaparams["INDEX_64"]
 
 
@@ -153,7 +153,7 @@ def test_a_product_that_fits_memory_but_has_k_past_int32_gets_64_bit_offsets():
 def test_grid_axes_past_cudas_limits_are_refused_by_the_launch_spec():
     problem = Problem(m=16, n=16, k=16, batch=70000)
     with pytest.raises(ValueError, match=r"grid \(1, 70000, 1\).*65535 along y and z"):
-        ops.launch_spec(problem, jtblas.Config(block_m=16, block_n=16, block_k=16, num_warps=1, group_m=1),
+        launch_specs.launch_spec(problem, jtblas.Config(block_m=16, block_n=16, block_k=16, num_warps=1, group_m=1),
                         batch=70000, hw=H200)
 
 
@@ -163,7 +163,7 @@ def test_64_bit_offsets_only_past_2_to_the_31_elements(batch, rows, index_64):
     (2 x 2^19 x 1024: 2^30)."""
     problem = Problem(m=rows, n=1024, k=64, batch=batch)
     strides = (rows * 64, 64 * 1024, rows * 1024) if batch > 1 else (0, 0, 0)
-    spec = ops.launch_spec(problem, jtblas.Config(), batch=batch, batch_strides=strides, hw=H200)
+    spec = launch_specs.launch_spec(problem, jtblas.Config(), batch=batch, batch_strides=strides, hw=H200)
     assert spec.metaparams["INDEX_64"] is index_64
 
 
@@ -199,7 +199,7 @@ def test_a_batch_past_the_grid_limit_runs_in_chunks(batched, config, monkeypatch
     """With the grid's batch axis limited to 2 entries, a batch of 5 runs as 3 launches (2, 2, 1)
     of the same kernel (a split adds each chunk's reduction), and every entry is right: the chunks
     take the right slices of a batched operand and the whole of a broadcast one."""
-    monkeypatch.setattr(ops, "MAX_GRID_YZ", 2)
+    monkeypatch.setattr(launch_specs, "MAX_GRID_YZ", 2)
     batch, m, n, k = 5, 9, 12, 40
     a = jnp.asarray(rng.standard_normal((batch, m, k) if batched == "both" else (m, k)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((batch, k, n)), jnp.float32)
@@ -213,14 +213,14 @@ def test_a_batch_past_the_grid_limit_runs_in_chunks(batched, config, monkeypatch
 
 
 def test_the_grid_limit_is_cudas():
-    assert ops.MAX_GRID_YZ == 65535 and ops.MAX_GRID_X == 2**31 - 1
+    assert launch_specs.MAX_GRID_YZ == 65535 and launch_specs.MAX_GRID_X == 2**31 - 1
 
 
 def test_launch_specs_of_every_chunk_stay_within_the_limits():
     """B = 70000 (batch x heads past 65535) traced for the GPU: no launch spec is built past the
     grid's batch axis (it would raise), and the two chunks cover the batch."""
     seen = []
-    original = ops.launch_spec
+    original = launch_specs.launch_spec
 
     def spying(problem, config, **kwargs):
         spec = original(problem, config, **kwargs)
@@ -229,7 +229,7 @@ def test_launch_specs_of_every_chunk_stay_within_the_limits():
 
     import unittest.mock
 
-    with unittest.mock.patch.object(ops, "launch_spec", spying):
+    with unittest.mock.patch.object(launch_specs, "launch_spec", spying):
         a = jax.ShapeDtypeStruct((70000, 16, 32), jnp.bfloat16)
         b = jax.ShapeDtypeStruct((70000, 32, 16), jnp.bfloat16)
         jax.make_jaxpr(jax.vmap(jtblas.matmul))(a, b)

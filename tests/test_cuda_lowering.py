@@ -86,7 +86,7 @@ def _k_loop_async_waits(config, problem, capability):
     from triton.compiler import ASTSource
 
     from jtblas.kernels.matmul import matmul_kernel
-    from jtblas.ops import launch_spec
+    from jtblas.launch_specs import launch_spec
 
     spec = launch_spec(problem, config)
     pointers = ("a_ptr", "b_ptr", "c_ptr")

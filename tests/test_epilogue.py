@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jtblas
-from jtblas import hardware, model
+from jtblas import hardware, launch_specs, model
 from jtblas.config import Config, Problem
 from jtblas.model import candidates, cost, resources
 from tests.reference import DTYPES, kernel_calls, lower_for_cuda, relative_error, tolerance
@@ -352,7 +352,7 @@ def test_repacked_product_pads_bias_and_residual_with_c(transpose_a, transpose_b
 
 
 def test_batch_past_the_grid_limit_is_launched_in_chunks(monkeypatch, rng):
-    monkeypatch.setattr(jtblas.ops, "MAX_GRID_YZ", 2)
+    monkeypatch.setattr(launch_specs, "MAX_GRID_YZ", 2)
     batch, m, n, k = 5, 6, 16, 12
     a, b = stored(rng, (batch, k, m), "float32"), stored(rng, (batch, k, n), "float32")
     bias, residual = stored(rng, (batch, n), "float32"), stored(rng, (batch, m, n), "float32")

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import jtblas
-from jtblas import ops, selection
+from jtblas import operands, selection
 from tests.reference import DTYPES, tolerance
 
 DEFAULT_SEED = 20261204
@@ -105,7 +105,7 @@ def draw(index: int, seed: int = SEED) -> Case:
             problem = jtblas.Problem(m=rows, n=n, k=k, dtype=dtype, out_dtype=dtype,
                                      transpose_a=transpose_a, transpose_b=transpose_b)
             try:
-                ops.check_config(config, problem)
+                operands.check_config(config, problem)
             except ValueError:
                 config = dataclasses.replace(config, split_k=1)
     return Case(index=index, m=m, n=n, k=k, dtype=dtype, transpose_a=transpose_a, transpose_b=transpose_b,

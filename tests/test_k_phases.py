@@ -16,7 +16,7 @@ import jtblas
 from jtblas import hardware, model
 from jtblas.config import Config, Problem
 from jtblas.model import candidates, cost, resources
-from jtblas.ops import launch_spec
+from jtblas.launch_specs import launch_spec
 from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, stored_shapes, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))

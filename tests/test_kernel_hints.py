@@ -2,9 +2,9 @@
 
 `tile_bases` tells Triton that the wrapped tile offsets `(pid·BLOCK + arange(BLOCK)) % N` come
 in runs of N_UNIT contiguous values, each run starting at a multiple of N_UNIT, where N_UNIT is
-the power of two (≤ 16 bytes' worth) that `ops.launch_spec` found dividing N. A false claim makes
-the GPU issue vector loads at misaligned addresses (it did, with tutorial 03's runs of BLOCK, on
-the H200); the interpreter cannot notice, so the arithmetic is checked here.
+the power of two (≤ 16 bytes' worth) that `launch_specs.launch_spec` found dividing N. A false
+claim makes the GPU issue vector loads at misaligned addresses (it did, with tutorial 03's runs of
+BLOCK, on the H200); the interpreter cannot notice, so the arithmetic is checked here.
 """
 
 import numpy as np
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jtblas.config import Config, Problem
-from jtblas.ops import divisibility_unit, launch_spec
+from jtblas.launch_specs import divisibility_unit, launch_spec
 
 
 def wrapped_offsets(pid: int, block: int, extent: int) -> np.ndarray:

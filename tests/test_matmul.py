@@ -14,7 +14,7 @@ import pytest
 import jtblas
 from jtblas import launch
 from jtblas.kernels.matmul import matmul_kernel
-from jtblas.ops import launch_spec
+from jtblas.launch_specs import launch_spec
 from tests.reference import DTYPES, kernel_calls, lower_for_cuda, random_operands, relative_error, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))

@@ -16,7 +16,7 @@ import jtblas
 from jtblas import hardware
 from jtblas.config import Config, Problem
 from jtblas.model import candidates, cost, resources
-from jtblas.ops import compute_dtype
+from jtblas.operands import compute_dtype
 from tests.reference import DTYPES, count_equations, kernel_calls, lower_for_cuda, relative_error
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))

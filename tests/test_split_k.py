@@ -15,7 +15,7 @@ import pytest
 import jtblas
 from jtblas import hardware, model, ops
 from jtblas.model import candidates, resources
-from jtblas.ops import launch_spec, sum_splits_spec
+from jtblas.launch_specs import launch_spec, sum_splits_spec
 from tests.reference import (
     DTYPES, kernel_calls, lower_for_cuda, random_operands, relative_error, stored_shapes, tolerance,
 )

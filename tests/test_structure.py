@@ -1,6 +1,7 @@
 """The package's import graph, read from the code's own `import` statements (module level and
 inside functions): no import circle, and the model and the calibration's derivation import no
-device library, at any depth. The layers: docs/structure.md."""
+device library, at any depth (the launch specs none but through the GPU's detection). The
+layers: docs/structure.md."""
 
 import ast
 from pathlib import Path
@@ -75,6 +76,29 @@ def test_pure_modules_reach_no_device_library(root):
             if imported.startswith("jtblas.") and imported not in seen:
                 todo.append(imported)
     assert {"jtblas.gpus", "jtblas.constants"} <= seen  # the walk follows jtblas's own imports
+
+
+def test_launch_specs_reach_jax_only_to_detect_the_gpu():
+    """`jtblas.launch_specs`, which the torch launcher shares, imports no device library and no
+    kernel itself, nor the op or its argument checks; every jtblas module it reaches at any depth,
+    but through `jtblas.hardware` (the GPU detected where no `hw` is given), is free of JAX, Triton
+    and torch."""
+    direct = imports("jtblas.launch_specs")
+    assert not {name for name in direct if name.split(".")[0] in DEVICE_LIBRARIES}, direct
+    assert not {name for name in direct if name.startswith("jtblas.kernels")}, direct
+    assert not direct & {"jtblas.ops", "jtblas.operands", "jtblas.launch", "jtblas.partitioning"}, direct
+    assert "jtblas.hardware" in direct
+    seen, todo = set(), sorted(name for name in direct if name.startswith("jtblas.") and name != "jtblas.hardware")
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for imported in imports(module):
+            assert imported.split(".")[0] not in DEVICE_LIBRARIES, (module, imported)
+            if imported.startswith("jtblas.") and imported not in seen:
+                todo.append(imported)
+    assert {"jtblas.config", "jtblas.model.resources"} <= seen
 
 
 def test_calibrate_does_not_import_the_benchmark():

@@ -11,7 +11,7 @@ from jtblas import hardware
 from jtblas.config import Problem
 from jtblas.kernels.matmul import matmul_kernel
 from jtblas.model import candidates, cost, resources
-from jtblas.ops import launch_spec
+from jtblas.launch_specs import launch_spec
 from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
 from tests.test_matmul import BACKENDS, LAYOUTS, check_config, on_backend
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import hardware, jax_triton_adapter, launch, model, ops
+from jtblas import hardware, jax_triton_adapter, launch, model, operands
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
@@ -115,7 +115,7 @@ def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     a forced TMA config is refused with the reason, before anything is compiled."""
     monkeypatch.setattr(jax_triton_adapter, "_jaxlib_kernel_takes_scratch", lambda: False)
     with launch.forced_backend("cuda", compute_capability=90):
-        hw = ops.launch_hardware([])
+        hw = operands.launch_hardware([])
     assert not hw.tma and hardware.H200.tma
     assert not hardware.for_launch(hardware.H200, "cuda").tma  # what `detect` gives on such a GPU
     assert hardware.for_launch(hardware.H200, "cpu").tma  # the interpreter needs no jaxlib scratch
@@ -124,7 +124,7 @@ def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
         jax_triton_adapter._register_global_scratch(matmul_tma_kernel, (384, 128))
     problem = Problem(m=64, n=64, k=64)
     with pytest.raises(ValueError, match="no TMA kernel"):
-        ops.check_config(TMA_CONFIGS[0], problem, hw)
+        operands.check_config(TMA_CONFIGS[0], problem, hw)
 
 
 def test_bad_tma_configs_name_the_reason():

@@ -54,7 +54,7 @@ def _int_class(value: int) -> str:
 
 def compile_key(problem: Problem, config: Config) -> tuple:
     """Identity of one compiled binary: shapes with the same key share it."""
-    from jtblas.ops import launch_spec
+    from jtblas.launch_specs import launch_spec
 
     spec = launch_spec(problem, config)
     return (
@@ -73,7 +73,7 @@ def _compile_job(problem_kw: dict, config_kw: dict) -> dict:
 
         from jtblas.kernels.matmul import matmul_kernel
         from jtblas.kernels.matmul_tma import matmul_tma_kernel
-        from jtblas.ops import launch_spec
+        from jtblas.launch_specs import launch_spec
 
         problem, config = Problem(**problem_kw), Config(**config_kw)
         spec = launch_spec(problem, config)
@@ -87,7 +87,7 @@ def _compile_job(problem_kw: dict, config_kw: dict) -> dict:
         )
         if config.split_k > 1:
             from jtblas.kernels.reduce import sum_splits_kernel
-            from jtblas.ops import sum_splits_spec
+            from jtblas.launch_specs import sum_splits_spec
 
             reduce = sum_splits_spec(problem, config)
             sum_splits_kernel.warmup(

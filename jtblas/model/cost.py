@@ -365,9 +365,9 @@ def reduction_seconds(problem: Problem, split_k: int, hardware: Hardware,
                       constants: Constants = DEFAULT_CONSTANTS) -> float:
     """The split-K reduction kernel: a second launch, one memory latency, then its bytes (the
     split_k fp32 partials read, the output written) at DRAM bandwidth, or at the load ports of the
-    SMs its programs (`resources.reduction_block` elements each, as `jtblas.ops.sum_splits_spec`
-    launches them) occupy if there are few: the busiest SM streams ceil(programs / SMs) whole
-    blocks (padded, like every tile here)."""
+    SMs its programs (`resources.reduction_block` elements each, as
+    `jtblas.launch_specs.sum_splits_spec` launches them) occupy if there are few: the busiest SM
+    streams ceil(programs / SMs) whole blocks (padded, like every tile here)."""
     elements = problem.m * problem.n * problem.batch  # one launch sums every batch entry's partials
     bytes_per_element = split_k * PARTIAL_BYTES + problem.out_bytes
     moved = elements * bytes_per_element
