@@ -3,7 +3,7 @@
 import functools
 import os
 
-# Four CPU devices for the sharding tests (tests/test_sharding.py): XLA reads the flag when JAX
+# Four CPU devices for the sharding tests (tests/nn/test_sharding.py): XLA reads the flag when JAX
 # first creates its CPU backend, which no test module does at import. Tests that do not shard
 # place their arrays on the first device, as with one.
 _FORCED_DEVICES = "--xla_force_host_platform_device_count"

@@ -18,7 +18,7 @@ from jtblas.model import candidates, resources
 from jtblas.model.select import rank
 from tests.reference import DTYPES, kernel_calls, relative_error, tolerance
 
-DATA = pathlib.Path(__file__).resolve().parent / "data"
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 # The benchmark sets of single products (batched.csv came with the batch-aware model).
 UNBATCHED_SETS = ("models", "odd", "deepk", "square")
 

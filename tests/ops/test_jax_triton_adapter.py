@@ -1,6 +1,6 @@
 """The CUDA backend's adapter to jax-triton (`jtblas.jax_triton_adapter`), on any machine: what it
 wraps in jax-triton 0.3.1 (jaxlib's kernel library, the kernel compiler, the FFI lowering) against
-fakes, and what it keeps of Triton's on-disk cache. Real CUDA lowerings: tests/test_cuda_lowering.py."""
+fakes, and what it keeps of Triton's on-disk cache. Real CUDA lowerings: tests/ops/test_cuda_lowering.py."""
 
 import os
 import sys

@@ -1,7 +1,7 @@
 """The TMA kernel (`matmul_tma_kernel`, `Config.tma`): numerics against float64 on every layout,
 tails, dtypes and batches (Triton's interpreter on CPU, the same cases on a GPU under `gpu`), its
 global scratch against the compiler's, and the model's use of it. The CUDA launcher's scratch
-wrappers: tests/test_jax_triton_adapter.py.
+wrappers: tests/ops/test_jax_triton_adapter.py.
 """
 
 import dataclasses
@@ -17,7 +17,7 @@ from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
 from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
-from tests.test_matmul import BACKENDS, check_config, on_backend
+from tests.ops.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]

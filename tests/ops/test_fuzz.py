@@ -4,7 +4,7 @@ batching and transformations drawn together, so that combinations nobody listed 
 Each case comes from its own generator, seeded by (seed, case index): the seed is
 `JTBLAS_FUZZ_SEED` (default `DEFAULT_SEED`), and a failure prints both, so
 
-    JTBLAS_FUZZ_SEED=<seed> JTBLAS_FUZZ_ONLY=<index> pytest tests/test_fuzz.py
+    JTBLAS_FUZZ_SEED=<seed> JTBLAS_FUZZ_ONLY=<index> pytest tests/ops/test_fuzz.py
 
 replays one case. `JTBLAS_FUZZ_CASES` changes how many cases run (default `DEFAULT_CASES`).
 

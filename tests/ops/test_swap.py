@@ -13,7 +13,7 @@ from jtblas.kernels.matmul import matmul_kernel
 from jtblas.model import candidates, cost, resources
 from jtblas.launch_specs import launch_spec
 from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
-from tests.test_matmul import BACKENDS, LAYOUTS, check_config, on_backend
+from tests.ops.test_matmul import BACKENDS, LAYOUTS, check_config, on_backend
 
 # Small swapped tiles (the interpreter's time grows with the tile): 16 and 32 rows, a split.
 CONFIGS = [

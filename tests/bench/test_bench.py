@@ -22,7 +22,7 @@ from jtblas.bench import (
 )
 from jtblas.config import Config, Problem
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _has_cuda() -> bool:

@@ -21,7 +21,7 @@ from jtblas.config import OPERAND_DTYPE_BYTES, Config, Problem
 from jtblas.model import candidates, cost, resources
 from jtblas.model.select import rank
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARDWARE = sorted(hardware.BUILTIN)
 DTYPES = sorted(OPERAND_DTYPE_BYTES)
 # Growth that keeps every operand's row alignment and the K-tail class (K mod block_k) of every
@@ -220,7 +220,7 @@ def test_anchor_shapes_on_h200():
     assert (big.block_m, big.block_n) in {(128, 256), (256, 128)} and big.num_warps == 8
     decode = jtblas.select(16, 12288, 4096, hardware="h200")
     assert decode.block_m in (16, 64) and decode.block_n * decode.block_k >= 64 * 64
-    # Deep K, few tiles: split-K keeps many SMs busy (tests/test_split_k.py checks more).
+    # Deep K, few tiles: split-K keeps many SMs busy (tests/ops/test_split_k.py checks more).
     deep = jtblas.select(256, 256, 65536, hardware="h200")
     assert (256 // deep.block_m) * (256 // deep.block_n) * deep.split_k >= 32
 

@@ -1,6 +1,6 @@
 """Hardware profiles (`jtblas.profiles`) and their detection (`jtblas.hardware`): schema round
 trip, strict errors naming the field, warning + built-in fallback in detection, profiles steering
-selection and `jtblas explain`. What `jtblas calibrate` writes into them: tests/test_calibrate_*.py."""
+selection and `jtblas explain`. What `jtblas calibrate` writes into them: tests/calibrate/test_calibrate_*.py."""
 
 import dataclasses
 import json

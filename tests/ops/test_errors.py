@@ -235,7 +235,7 @@ def test_explain_columns_are_defined_in_help_and_docs(capsys):
     table = jtblas.explain(100, 200, 300, hardware="h200").format(top=1)
     header = table.splitlines()[2].split()
     assert header == list(COLUMNS)  # every printed column has a definition
-    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "model.md").read_text()
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "model.md").read_text()
     for name, text in COLUMNS.items():
         assert f"  {name} " in out and text.split(":")[0][:30] in " ".join(out.split())
         assert f"| `{name}` |" in docs, f"docs/model.md does not define explain's column {name!r}"
