@@ -570,7 +570,7 @@ def _measure_generate(spec, models, params, *, seed, rounds, repeats, method) ->
     for variant, model in models.items():
         loop = generate_loop(model)
         first[variant], (cache, _) = _first_call(
-            lambda loop=loop: loop(params, init_cache(spec, 1, model.dtype), token, start, tokens))
+            lambda loop=loop, model=model: loop(params, init_cache(spec, 1, model.dtype), token, start, tokens))
         logits[variant] = np.asarray(
             decode_step(model)(params, init_cache(spec, 1, model.dtype), token, start)[0].astype(jnp.float32))
 
