@@ -60,12 +60,10 @@ def test_no_import_circle():
             visit(module, [module])
 
 
-@pytest.mark.parametrize("root", ["jtblas.model", "jtblas.calibrate.derive", "jtblas.calibrate.report"])
-def test_pure_modules_reach_no_device_library(root):
-    """These modules, and every jtblas module they import at any depth (not counting the packages'
-    `__init__` that Python runs on the way), import neither JAX, Triton nor torch."""
-    modules = [m for m in jtblas_modules() if m == root or m.startswith(root + ".")]
-    seen, todo = set(), list(modules)
+def walk_free_of_device_libraries(start) -> set[str]:
+    """The jtblas modules `start` reaches through imports at any depth (itself included), each
+    asserted to import neither JAX, Triton nor torch."""
+    seen, todo = set(), sorted(start)
     while todo:
         module = todo.pop()
         if module in seen:
@@ -75,6 +73,14 @@ def test_pure_modules_reach_no_device_library(root):
             assert imported.split(".")[0] not in DEVICE_LIBRARIES, (module, imported)
             if imported.startswith("jtblas.") and imported not in seen:
                 todo.append(imported)
+    return seen
+
+
+@pytest.mark.parametrize("root", ["jtblas.model", "jtblas.calibrate.derive", "jtblas.calibrate.report"])
+def test_pure_modules_reach_no_device_library(root):
+    """These modules, and every jtblas module they import at any depth (not counting the packages'
+    `__init__` that Python runs on the way), import neither JAX, Triton nor torch."""
+    seen = walk_free_of_device_libraries(m for m in jtblas_modules() if m == root or m.startswith(root + "."))
     assert {"jtblas.gpus", "jtblas.constants"} <= seen  # the walk follows jtblas's own imports
 
 
@@ -88,16 +94,8 @@ def test_launch_specs_reach_jax_only_to_detect_the_gpu():
     assert not {name for name in direct if name.startswith("jtblas.kernels")}, direct
     assert not direct & {"jtblas.ops", "jtblas.operands", "jtblas.launch", "jtblas.partitioning"}, direct
     assert "jtblas.hardware" in direct
-    seen, todo = set(), sorted(name for name in direct if name.startswith("jtblas.") and name != "jtblas.hardware")
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        for imported in imports(module):
-            assert imported.split(".")[0] not in DEVICE_LIBRARIES, (module, imported)
-            if imported.startswith("jtblas.") and imported not in seen:
-                todo.append(imported)
+    seen = walk_free_of_device_libraries(
+        name for name in direct if name.startswith("jtblas.") and name != "jtblas.hardware")
     assert {"jtblas.config", "jtblas.model.resources"} <= seen
 
 
