@@ -14,8 +14,9 @@ Measured per model and parameter dtype (compute is bf16):
   donated and carried and the position advanced each step, dispatched from Python step by step
   (host dispatch included: what a per-token Python loop gets);
 - ``generate``: the same one-token step run n times inside one jitted `lax.fori_loop` (greedy:
-  each step's argmax token is the next step's input), timed as a slope over n: device time per
-  token, as a jitted generation loop gets it;
+  each step's argmax token is the next step's input), calls of `GENERATE_TOKENS` steps timed by
+  the slope below, divided by the tokens: device time per token, as a jitted generation loop
+  gets it;
 - ``infer``: the encoder's forward pass over a batch of images (in place of decoding).
 
 Step time is a slope: a Python loop dispatches R steps and then blocks on the last output, again
