@@ -27,7 +27,11 @@ _override = threading.local()
 @contextlib.contextmanager
 def forced_backend(platform: str, *, compute_capability: int | None = None) -> Iterator[None]:
     """Within the block, launches target `platform` ("cuda" or "cpu") regardless of the arrays;
-    `compute_capability` (e.g. 90) lets jax-triton compile for CUDA without querying a GPU."""
+    `compute_capability` (e.g. 90) lets jax-triton compile for CUDA without querying a GPU.
+
+    JAX's trace caches do not see the override: trace, within the block, a function object that
+    was not traced outside it (e.g. `jax.jit(lambda *args: f(*args))`); a product's own traces
+    below `jtblas.matmul` are keyed on the target."""
     if platform not in ("cuda", "cpu"):
         raise ValueError(f"platform must be 'cuda' or 'cpu', got {platform!r}")
     previous = getattr(_override, "value", None)

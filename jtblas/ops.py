@@ -142,6 +142,7 @@ def matmul(
         repack=_REPACK_MODE.get(), deterministic=deterministic, activation=problem.activation,
         bias_dtype=problem.bias_dtype, residual_dtype=problem.residual_dtype,
         a_dtype=jnp.dtype(a.dtype).name, b_dtype=jnp.dtype(b.dtype).name, compute_dtype=problem.dtype,
+        target=launch.target_platform([a, b]),
     )
     if _forward_mode(a, b, bias, residual):
         raise TypeError(_NO_FORWARD_MODE)
@@ -199,6 +200,11 @@ class _Static(NamedTuple):
     a_dtype: str = ""  # the operands' stored dtypes, their cotangents' ("": the compute dtype)
     b_dtype: str = ""
     compute_dtype: str = ""  # the dtype the operands are multiplied in ("": a's)
+    # `launch.target_platform` when `matmul` was traced: JAX caches the traces of custom_vjp,
+    # custom_vmap and custom_partitioning functions by their static arguments, and a trace fixes
+    # the launch's backend, so a product traced for the CPU interpreter must not be reused in a
+    # lowering for CUDA (`launch.forced_backend`), nor the reverse.
+    target: tuple[str, int | None] = ("", None)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))

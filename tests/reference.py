@@ -75,7 +75,9 @@ def lower_for_cuda(fn, *shapes) -> str:
 
     require_jax_triton()
     with launch.forced_backend("cuda", compute_capability=90):
-        return jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+        # A new function object: JAX's trace cache, keyed on the function, does not see the
+        # forced backend, and `fn` may have been traced for the interpreter already.
+        return jax.jit(lambda *args: fn(*args)).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: int, pointer_type: str = "*bf16"):

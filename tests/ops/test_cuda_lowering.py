@@ -181,3 +181,16 @@ def test_a_batch_past_65535_lowers_to_chunked_launches():
     b = jax.ShapeDtypeStruct((70000, 32, 16), jnp.bfloat16)
     text = lower_for_cuda(jax.vmap(jtblas.matmul), a, b)
     assert text.count("triton_kernel_call") == 2
+
+
+@pytest.mark.parametrize("vmapped", [False, True], ids=["2d", "vmap"])
+def test_a_product_traced_for_the_interpreter_first_still_lowers_to_a_kernel_call(vmapped):
+    """JAX caches traces of custom_vjp and custom_vmap functions by their static arguments; the
+    launch's backend is part of them, so a trace for the CPU interpreter (a host callback) is not
+    reused when the same product is lowered for CUDA."""
+    shapes = [jax.ShapeDtypeStruct((3, 48, 40) if vmapped else (48, 40), jnp.bfloat16),
+              jax.ShapeDtypeStruct((3, 40, 24) if vmapped else (40, 24), jnp.bfloat16)]
+    product = jax.vmap(jtblas.matmul) if vmapped else jtblas.matmul
+    assert "pure_callback" in str(jax.make_jaxpr(product)(*shapes))
+    text = lower_for_cuda(product, *shapes)
+    assert "triton_kernel_call" in text and "callback" not in text
