@@ -2,9 +2,11 @@
 
 Three models (GPT-2 small, a ViT-B/16-sized encoder, a two-layer Llama-style decoder with 7B
 dimensions) are built twice from one definition: every projection is `flax.linen.Dense` in one
-variant and `jtblas.nn.Dense` in the other; attention (`jnp.einsum`, `jax.nn.softmax`), norms and
-embeddings are the same code in both. The variants share one parameter tree (initialised once),
-one batch and one optimiser set-up, and run in one process on JAX's default device.
+variant and `jtblas.nn.Dense` in the other (the MLP's GELU passed as the layer's `activation`,
+so it runs in the product's epilogue, where Flax's variant applies `jax.nn.gelu` after the layer);
+attention (`jnp.einsum`, `jax.nn.softmax`), norms and embeddings are the same code in both. The
+variants share one parameter tree (initialised once), one batch and one optimiser set-up, and run
+in one process on JAX's default device.
 
 Measured per model and parameter dtype (compute is bf16):
 
@@ -55,6 +57,7 @@ from flax import linen
 
 import jtblas
 import jtblas.nn
+from jtblas.epilogue import ACTIVATION_FUNCTIONS
 
 __all__ = [
     "MODELS",
@@ -246,8 +249,23 @@ class Block(linen.Module):
             gate, up = jnp.split(proj(2 * s.mlp, name="gate_up")(y), 2, axis=-1)
             y = jax.nn.silu(gate) * up
         else:
-            y = jax.nn.gelu(proj(s.mlp, name="up")(y), approximate=s.kind == "gpt2")
+            y = _activated(proj, s.mlp, "gelu_tanh" if s.kind == "gpt2" else "gelu", name="up")(y)
         return x + proj(s.width, name="down")(y), cache
+
+
+def _activated(proj: Callable[..., linen.Module], features: int, activation: str, *, name: str) -> Callable:
+    """x -> activation(proj(features)(x)): in the layer's epilogue where the layer takes an
+    `activation` (`jtblas.nn.Dense`, as a user fusing it writes), else after it (`flax.linen.Dense`).
+    The parameters are the same either way."""
+    if _takes_activation(proj):
+        return proj(features, activation=activation, name=name)
+    layer = proj(features, name=name)
+    return lambda x: ACTIVATION_FUNCTIONS[activation](layer(x))
+
+
+def _takes_activation(proj: Callable[..., linen.Module]) -> bool:
+    dense = proj.func if isinstance(proj, functools.partial) else proj
+    return isinstance(dense, type) and issubclass(dense, jtblas.nn.Dense)
 
 
 class Decoder(linen.Module):
