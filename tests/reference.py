@@ -122,12 +122,18 @@ def count_equations(jaxpr, primitive: str) -> int:
     return count
 
 
+# The primitive of a kernel launch on a GPU: jax-triton's (0.3.1 and 0.4.x).
+TRITON_CALL = "triton_kernel_call"
+
+
 def kernel_calls(fn, *args) -> int:
-    """How many interpreted kernel launches `fn(*args)` traces to on the CPU backend (each is one
-    `jtblas.interpreter.INTERPRETED_CALL` equation: none means a silent fallback to XLA)."""
+    """How many kernel launches `fn(*args)` traces to on the default backend: each is one
+    `jtblas.interpreter.INTERPRETED_CALL` equation on the CPU, one `TRITON_CALL` on a GPU (none
+    means a silent fallback to XLA)."""
     from jtblas import interpreter
 
-    return count_equations(jax.make_jaxpr(fn)(*args), interpreter.INTERPRETED_CALL)
+    jaxpr = jax.make_jaxpr(fn)(*args)
+    return count_equations(jaxpr, interpreter.INTERPRETED_CALL) + count_equations(jaxpr, TRITON_CALL)
 
 
 def record_planned_problems(monkeypatch) -> list:
