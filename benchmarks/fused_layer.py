@@ -19,6 +19,7 @@ Prints one line per product and writes the records (times in seconds) as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -98,8 +99,11 @@ def main() -> None:
         if args.time_budget is not None and time.perf_counter() - start > args.time_budget:
             print(f"time budget spent: {len(records)} products timed")
             break
+        # The plan recorded is the fused launch's: the product with its epilogue.
+        fused_problem = dataclasses.replace(shape.problem(), bias_dtype=shape.dtype, activation=activation or "",
+                                            residual_dtype=shape.dtype if layer == "o" else "")
         record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, trials=args.trials,
-                                          dots=contenders(shape, layer, activation))
+                                          dots=contenders(shape, layer, activation), problem=fused_problem)
         record.update(layer=layer, activation=activation)
         records.append(record)
         seconds = {name: c.get("seconds") for name, c in record["contenders"].items()}

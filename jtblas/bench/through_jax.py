@@ -25,6 +25,7 @@ from pathlib import Path
 
 from jtblas.bench import jax_loop
 from jtblas.bench.shapes import Shape
+from jtblas.config import Problem
 
 # Rough rates that size the slope loop before anything is timed (bf16 on an H200: ~700 TFLOP/s
 # dense, ~3.5 TB/s streamed); the loop's length only needs to be within a factor of a few.
@@ -54,12 +55,13 @@ def unique_products(rows: Sequence[Shape]) -> list[list[Shape]]:
     return first + rest
 
 
-def plan_of(shape: Shape, hardware) -> dict:
-    """The model's plan as `jtblas.matmul` runs it: config, repacking, predicted time."""
+def plan_of(shape: Shape, hardware, problem: Problem | None = None) -> dict:
+    """The model's plan as `jtblas.matmul` runs it: config, repacking, predicted time; of
+    `problem` where given (the shape's product with an epilogue, say), else of the shape's."""
     from jtblas import model
 
     start = time.perf_counter()
-    plan = model.plan_for_problem(shape.problem(), hardware)
+    plan = model.plan_for_problem(problem or shape.problem(), hardware)
     select_s = time.perf_counter() - start
     copies = "A" * plan.pad_a + "B" * plan.pad_b + "ᵀ" * plan.transpose_b
     return dict(config=plan.config.short(), repack=copies or None, predicted_s=plan.predicted_seconds,
@@ -67,11 +69,13 @@ def plan_of(shape: Shape, hardware) -> dict:
 
 
 def time_product(rows: list[Shape], *, l2_bytes: int, hardware, rounds: int = 3, trials: int = 5,
-                 target_s: float = 4e-3, dots: dict[str, Callable] | None = None) -> dict:
+                 target_s: float = 4e-3, dots: dict[str, Callable] | None = None,
+                 problem: Problem | None = None) -> dict:
     """One product's record: both contenders through JAX, in the same loop and rounds.
 
     `dots` maps contender names to `dot(a, b)` functions (default: jtblas.matmul and XLA's dot);
-    `target_s` is the loop's length at R products (seconds).
+    `target_s` is the loop's length at R products (seconds); `problem` the one the jtblas
+    contender runs, for the recorded plan, where it is not the shape's own (an epilogue).
     """
 
     shape = rows[0]
@@ -84,7 +88,7 @@ def time_product(rows: list[Shape], *, l2_bytes: int, hardware, rounds: int = 3,
         bytes=shape.bytes_moved, contenders={},
     )
     try:
-        record["plan"] = plan_of(shape, hardware)
+        record["plan"] = plan_of(shape, hardware, problem)
     except Exception as error:  # noqa: BLE001 - the JAX call below then reports the same error
         record["plan"] = dict(error=_short_error(error))
     dots = dots or dict(jtblas=jax_loop.jtblas_dot(shape), xla=jax_loop.xla_dot(shape))

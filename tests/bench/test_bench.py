@@ -432,6 +432,21 @@ def test_a_product_record_through_jax_on_the_cpu():
     assert record["contenders"]["xla"]["round_seconds"]
 
 
+def test_the_recorded_plan_is_the_problem_the_contender_runs():
+    """A record's plan is the shape's product unless the contender runs another problem (an
+    epilogue): then that problem's, which the model may tile differently."""
+    from jtblas import hardware, model
+
+    shape = shapes.Shape(name="x.up.fwd.M512", set="models", family="x", regime="inference", m=512, n=3072,
+                         k=768, layout="NN", dtype="bfloat16")
+    fused = dataclasses.replace(shape.problem(), bias_dtype="bfloat16", activation="gelu")
+    bare_plan, fused_plan = (model.plan_for_problem(p, hardware.H100) for p in (shape.problem(), fused))
+    assert bare_plan.config != fused_plan.config  # on this shape the epilogue changes the pick
+    assert through_jax.plan_of(shape, hardware.H100)["config"] == bare_plan.config.short()
+    recorded = through_jax.plan_of(shape, hardware.H100, fused)
+    assert (recorded["config"], recorded["predicted_s"]) == (fused_plan.config.short(), fused_plan.predicted_seconds)
+
+
 @pytest.mark.parametrize("layout", ["NT", "NN"])
 def test_a_batched_product_record_through_jax_on_the_cpu(layout):
     """A batched row (attention-like, batch x heads = 3) runs jtblas.dot_general against
