@@ -135,7 +135,8 @@ def markdown(results: dict, model_steps: dict | None = None, torch_results: dict
     meta = results.get("meta", {})
     versions = ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items() if v)
     out = [f"# jtblas bench — {meta.get('date', '?')}, {meta.get('device', '?')}", "",
-           f"Versions: {versions}; jtblas source: commit {meta.get('source_commit') or 'unknown'}.", "",
+           f"Versions: {versions}; jtblas source: commit {meta.get('source_commit') or 'unknown'}, "
+           f"files sha256 {meta.get('source_sha256') or 'unknown'}.", "",
            f"Method: {meta.get('method', '?')}.", "",
            f"{s['products']} distinct products ({s['rows']} shape rows). {summary_text(results)}.", ""]
     if meta.get("stopped"):

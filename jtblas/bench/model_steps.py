@@ -57,6 +57,7 @@ from flax import linen
 
 import jtblas
 import jtblas.nn
+from jtblas.bench import through_jax
 from jtblas.epilogue import ACTIVATION_FUNCTIONS
 
 __all__ = [
@@ -687,7 +688,8 @@ def run(names: Sequence[str] | None = None, param_dtypes: Sequence[str] = ("floa
     `tiny_models`) × param dtype, with `measure`'s `steps`, `rounds`, `repeats` and `seed`.
 
     An entry that fails records ``error`` (the exception's type and message) and the run goes on.
-    The JSON (``{meta: {date, device, jax, flax, jtblas, method}, results: [measure's dicts]}``) is
+    The JSON (``{meta: {date, device, jax, flax, jtblas, source_commit, source_sha256, method},
+    results: [measure's dicts]}``) is
     written to `out`, if given, after every entry. Memory is freed between entries.
     """
     names = list(MODELS) if names is None else list(names)
@@ -697,6 +699,7 @@ def run(names: Sequence[str] | None = None, param_dtypes: Sequence[str] = ("floa
     report = dict(
         meta=dict(date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), device=_device(),
                   jax=jax.__version__, flax=flax.__version__, jtblas=jtblas.__version__,
+                  source_commit=through_jax.source_commit(), source_sha256=through_jax.source_digest(),
                   method=_method(rounds, repeats)),
         results=[],
     )

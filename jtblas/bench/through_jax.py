@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import hashlib
 import itertools
 import json
 import os
@@ -192,6 +193,20 @@ def source_commit() -> str | None:
     return head + ("+dirty" if dirty else "") if head else None
 
 
+def source_digest(package: Path | None = None) -> str:
+    """The first 16 hex digits of a SHA-256 over the Python files of `package` (default: the
+    running jtblas package; each path relative to it, then its bytes, in path order). It names the
+    code measured where the commit cannot: an installed wheel, or a copied tree whose .git is not
+    the tree's own (on 2026-12-05 a GPU machine's copy reported a commit three days older than the
+    code it ran). Compare: `python -c "from jtblas.bench.through_jax import source_digest;
+    print(source_digest())"`."""
+    package = Path(package) if package is not None else Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def meta(rounds: int, trials: int) -> dict:
     """Where and how: date, device, versions, the method in words."""
     import jax
@@ -200,7 +215,7 @@ def meta(rounds: int, trials: int) -> dict:
     return dict(
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), device=device.device_kind,
         platform=device.platform, host=platform.node(), python=platform.python_version(), versions=versions(),
-        source_commit=source_commit(), argv=sys.argv, rounds=rounds, trials=trials,
+        source_commit=source_commit(), source_sha256=source_digest(), argv=sys.argv, rounds=rounds, trials=trials,
         method=("jtblas.matmul (config=None: the model's whole plan, through jax-triton) and "
                 "lax.dot_general (XLA, autotuned as it compiles) in the same jitted fori_loop: slope "
                 "(t(2R)-t(R))/R with a traced trip count (one compile each, the two compiled at once), "

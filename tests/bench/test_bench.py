@@ -791,6 +791,19 @@ def test_max_m_keeps_the_decode_rows():
 
 
 
+def test_source_digest_names_the_package_files(tmp_path):
+    """The digest is the package's files': a copy has the same, one changed byte another."""
+    import shutil
+
+    from jtblas.bench.through_jax import source_digest
+
+    copy = tmp_path / "jtblas"
+    shutil.copytree(REPO / "jtblas", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert re.fullmatch(r"[0-9a-f]{16}", source_digest()) and source_digest(copy) == source_digest()
+    (copy / "config.py").write_text((copy / "config.py").read_text() + "\n")
+    assert source_digest(copy) != source_digest()
+
+
 def test_results_name_the_source_commit():
     """A checkout's run records which commit it measured (CI runs in a fresh clone)."""
     from jtblas.bench.through_jax import source_commit
