@@ -10,7 +10,8 @@ bias and the activation run in the kernel's epilogue (no pass over the output), 
 stored in a wider dtype than the computation's (an fp32 kernel, `dtype=jnp.bfloat16`) is read as
 stored and converted in registers (no converted copy; its gradient comes back in fp32). The
 values are Flax's computation in `dtype` (the kernel rounded to it), except that the bias is added
-to the fp32 product before the one rounding to `dtype`, where Flax rounds the product first.
+as stored to the fp32 product before the one rounding to `dtype`, where Flax rounds the bias to
+`dtype` and the product first.
 """
 
 from __future__ import annotations
