@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a fused activation after the bias")
     explain.add_argument("--residual", type=_dtype_key, nargs="?", const="", default=None,
                          metavar="DTYPE", help="a fused residual [M, N] added last (its dtype; default: --dtype's)")
+    explain.add_argument("--gated", action="store_true",
+                         help="N columns of a gate then an up projection, C [M, N/2] = activation(gate) * up")
 
     commands.add_parser("bench", help="benchmarks (jtblas.bench); `jtblas bench --help` for its options",
                         add_help=False)
@@ -137,7 +139,7 @@ def _explain(args: argparse.Namespace) -> int:
             precision="highest" if args.precision == "highest" else None,
             hardware=_profile_path(args.profile) if args.profile is not None else args.gpu, batch=args.batch,
             b_dtype=None if args.b_dtype is None else DTYPES[args.b_dtype], bias_dtype=epilogue_dtype(args.bias),
-            activation=args.activation, residual_dtype=epilogue_dtype(args.residual),
+            activation=args.activation, residual_dtype=epilogue_dtype(args.residual), gated=args.gated,
         )
     except (ValueError, TypeError) as error:  # everything explain is given comes from the user
         print(f"{PROGRAM} explain: error: {error}", file=sys.stderr)

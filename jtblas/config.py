@@ -172,6 +172,10 @@ class Problem:
       residual_dtype: the dtype of a residual [M, N] added last, before the cast to `out_dtype`
         ("": none). The bias, activation and residual are the kernel's epilogue: applied to the
         fp32 accumulator in the same launch (in the split-K reduction where K is split).
+      gated: the product's N columns are a gate's N/2 then an up projection's N/2 (a gated
+        linear unit, e.g. SwiGLU): C is [M, N/2] = activation(gate + bias[:N/2]) ·
+        (up + bias[N/2:]) + residual, each tile pairing the gate's and the up projection's columns
+        (`out_n`). The plain pointer kernel only: no K split, swapped tile, TMA or repacking.
     """
 
     m: int
@@ -190,6 +194,7 @@ class Problem:
     residual_dtype: str = ""
     a_dtype: str = ""
     b_dtype: str = ""
+    gated: bool = False
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k", "batch"):
@@ -216,6 +221,11 @@ class Problem:
             if value and value not in EPILOGUE_DTYPE_BYTES:
                 raise ValueError(
                     f"Problem.{name} must be '' (none) or one of {sorted(EPILOGUE_DTYPE_BYTES)}, got {value!r}")
+        if not isinstance(self.gated, bool):
+            raise ValueError(f"Problem.gated must be a bool, got {self.gated!r}")
+        if self.gated and self.n % 2:
+            raise ValueError(f"Problem.n must be even for a gated product (the gate's columns, then the up "
+                             f"projection's), got {self.n}")
         if self.activation and self.activation not in ACTIVATIONS:
             raise ValueError(f"Problem.activation must be '' (none) or one of {ACTIVATIONS}, got {self.activation!r}")
         for name, dense in (("lda", self.m if self.transpose_a else self.k),
@@ -275,14 +285,20 @@ class Problem:
         return EPILOGUE_DTYPE_BYTES[self.residual_dtype] if self.residual_dtype else 0
 
     @property
+    def out_n(self) -> int:
+        """Columns of C: N, or N/2 for a gated product."""
+        return self.n // 2 if self.gated else self.n
+
+    @property
     def has_epilogue(self) -> bool:
-        """Whether the product has a bias, an activation or a residual."""
-        return bool(self.bias_dtype or self.activation or self.residual_dtype)
+        """Whether the product has a bias, an activation, a residual or a gate."""
+        return bool(self.bias_dtype or self.activation or self.residual_dtype or self.gated)
 
     def epilogue_short(self) -> str:
-        """The epilogue in words, e.g. ` +bias(bfloat16) gelu +residual(float32)` ('' without one)."""
-        parts = [f"+bias({self.bias_dtype})" if self.bias_dtype else "", self.activation,
-                 f"+residual({self.residual_dtype})" if self.residual_dtype else ""]
+        """The epilogue in words, e.g. ` +bias(bfloat16) gelu +residual(float32)` ('' without one;
+        ` gated silu` for a gated product)."""
+        parts = [f"+bias({self.bias_dtype})" if self.bias_dtype else "", "gated" if self.gated else "",
+                 self.activation, f"+residual({self.residual_dtype})" if self.residual_dtype else ""]
         return "".join(f" {part}" for part in parts if part)
 
     @property

@@ -27,15 +27,24 @@ def _gelu(x: jax.Array) -> jax.Array:
 ACTIVATION_FUNCTIONS = {"relu": jax.nn.relu, "gelu_tanh": _gelu_tanh, "gelu": _gelu, "silu": jax.nn.silu}
 
 
+def activated(product: jax.Array, activation: str = "", gated: bool = False) -> jax.Array:
+    """The activation of `product` ("" leaves it); `gated`: the last axis holds a gate's N/2
+    columns then an up projection's N/2, and the result is activation(gate) · up, N/2 wide."""
+    if gated:
+        gate, up = jnp.split(product, 2, axis=-1)
+        return activated(gate, activation) * up
+    return ACTIVATION_FUNCTIONS[activation](product) if activation else product
+
+
 def epilogue_reference(product: jax.Array, *, bias: Any = None, activation: str = "",
-                       residual: Any = None) -> jax.Array:
+                       residual: Any = None, gated: bool = False) -> jax.Array:
     """activation(product + bias) + residual in fp32 (the kernel's epilogue, by XLA): `bias`
-    broadcasts against the product's last axis, `residual` has its shape."""
+    broadcasts against the product's last axis, `residual` has the result's shape; `gated` as in
+    `activated`."""
     out = product.astype(jnp.float32)
     if bias is not None:
         out = out + bias.astype(jnp.float32)
-    if activation:
-        out = ACTIVATION_FUNCTIONS[activation](out)
+    out = activated(out, activation, gated)
     if residual is not None:
         out = out + residual.astype(jnp.float32)
     return out

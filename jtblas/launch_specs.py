@@ -61,6 +61,9 @@ def launch_spec(
     A `config.tma` launch is `matmul_tma_kernel`'s instead (`tma_launch_spec`, on `hw`, by
     default the detected GPU).
     """
+    if problem.gated and (config.k_slices > 1 or config.swap_ab or config.tma):
+        raise ValueError(f"jtblas: a gated product runs unsplit and unswapped in the pointer kernel, not "
+                         f"{config.short()} ({problem.short()})")
     if config.tma:
         return tma_launch_spec(problem, config, batch=batch, batch_strides=batch_strides, hw=hw)
     m, n, k = problem.m, problem.n, problem.k
@@ -80,9 +83,10 @@ def launch_spec(
     atomic = atomic and split > 1
     biggest = max(*_stored_elements(problem), m * stride_am * phase_major, m * n * (1 if atomic else split)) * batch
     stride_cb = m * n if split > 1 else batch_strides[2]
+    # A gated product's kernel takes C's columns as N (B holds twice as many: `Problem.gated`).
     sizes_and_strides = dict(
-        M=m, N=n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
-        STRIDE_BN=stride_bn, STRIDE_CM=n, STRIDE_CN=1, STRIDE_AB=batch_strides[0],
+        M=m, N=problem.out_n, K=k, STRIDE_AM=stride_am, STRIDE_AK=stride_ak, STRIDE_BK=stride_bk,
+        STRIDE_BN=stride_bn, STRIDE_CM=problem.out_n, STRIDE_CN=1, STRIDE_AB=batch_strides[0],
         STRIDE_BB=batch_strides[1], STRIDE_CB=stride_cb,
     )
     # 16 bytes' worth of elements is all a vector load or store can use.

@@ -1,4 +1,5 @@
-"""Flax layers whose products run on jtblas: `Dense` (flax.linen) and `Linear` (flax.nnx).
+"""Flax layers whose products run on jtblas: `Dense` (flax.linen) and `Linear` (flax.nnx), and
+`GatedDense`, a gated linear unit (SwiGLU's gate and up projections) in one launch.
 
 Each subclasses Flax's own layer, with `jtblas.dot_general` as the default `dot_general` and one
 more attribute, `activation` (default None), so class names, arguments, defaults, parameter names
@@ -34,7 +35,7 @@ from jtblas.epilogue import ACTIVATION_FUNCTIONS
 from jtblas.operands import compute_dtype, is_static_dim
 from jtblas.ops import matmul
 
-__all__ = ["Dense", "Linear"]
+__all__ = ["Dense", "GatedDense", "Linear"]
 
 
 def _check_activation(activation: Any) -> None:
@@ -43,10 +44,11 @@ def _check_activation(activation: Any) -> None:
 
 
 def _fused(inputs: Any, kernel: Any, bias: Any, *, dtype: Any, precision: Any, activation: str | None,
-           preferred_element_type: Any = None) -> Any:
+           preferred_element_type: Any = None, gated: bool = False) -> Any:
     """activation(inputs · kernel + bias) as one `jtblas.matmul` in Flax's computation dtype (the
     promoted dtype of the three, or `dtype`), or None where the kernel cannot run it (a dtype it
-    does not take, a symbolic or empty shape): the caller then runs Flax's own computation."""
+    does not take, a symbolic or empty shape): the caller then runs Flax's own computation.
+    `gated`: the kernel's columns are a gate's then an up projection's (`jtblas.matmul`)."""
     arrays = [x for x in (inputs, kernel, bias) if x is not None]
     if not all(hasattr(x, "dtype") and all(is_static_dim(d) for d in jnp.shape(x)) for x in arrays):
         return None
@@ -62,8 +64,9 @@ def _fused(inputs: Any, kernel: Any, bias: Any, *, dtype: Any, precision: Any, a
     if compute_dtype(inputs, kernel, precision) != dtype:
         kernel = jnp.asarray(kernel, dtype)
     flat = inputs.reshape(1, -1) if inputs.ndim == 1 else inputs
-    y = matmul(flat, kernel, bias=bias, activation=activation, precision=precision, preferred_element_type=out_dtype)
-    return y.reshape(*inputs.shape[:-1], kernel.shape[-1])
+    y = matmul(flat, kernel, bias=bias, activation=activation, gated=gated, precision=precision,
+               preferred_element_type=out_dtype)
+    return y.reshape(*inputs.shape[:-1], y.shape[-1])
 
 
 def _unfused_activation(y: Any, activation: str | None) -> Any:
@@ -139,6 +142,81 @@ class Dense(linen.Dense):
         if bias is not None:
             y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
         return _unfused_activation(y, self.activation)
+
+
+class GatedDense(linen.Module):
+    """A gated linear unit over the last dimension, by one jtblas launch:
+    ``activation(x · kernel[:, :F] + bias[:F]) * (x · kernel[:, F:] + bias[F:])`` with F =
+    ``features`` (SwiGLU with the default ``"silu"``; GEGLU with ``"gelu"``; the bilinear unit with
+    None).
+
+    The parameters are those of ``flax.linen.Dense(2 * features)`` of the same name: ``kernel``
+    [in, 2 * features] (the gate's columns, then the up projection's) and, with ``use_bias``,
+    ``bias`` [2 * features]; so a model that ran ``Dense(2 * features)`` and split its output
+    (``gate, up = jnp.split(y, 2, -1); activation(gate) * up``) loads its checkpoint unchanged.
+    With the default ``dot_general`` the layer is one ``jtblas.matmul(..., gated=True)``: each
+    tile of the product holds a gate column block and the matching up column block and writes
+    only their product, so the [.., 2 * features] projection is never written; its gradients are
+    jtblas GEMMs. Inputs the kernel does not take (e.g. float64) use that Dense-and-split
+    computation in Flax with ``jax.lax.dot_general``.
+
+    Example usage::
+
+      >>> import jax, jax.numpy as jnp
+      >>> import jtblas
+      >>> layer = jtblas.nn.GatedDense(features=4)
+      >>> params = layer.init(jax.random.key(0), jnp.ones((1, 3)))
+      >>> jax.tree_util.tree_map(jnp.shape, params)
+      {'params': {'kernel': (3, 8)}}
+
+    Attributes:
+      features: the number of output features (the kernel has twice as many columns).
+      activation: None or one of ``jtblas.ACTIVATIONS``, applied to the gate (default: "silu").
+      use_bias: whether to add a bias to both projections (default: False, as in Llama's MLP).
+      dtype: the dtype of the computation (default: infer from input and params).
+      param_dtype: the dtype passed to parameter initializers (default: float32).
+      precision: numerical precision of the computation, see ``jax.lax.Precision``.
+      kernel_init: initializer function for the weight matrix (default: lecun_normal).
+      bias_init: initializer function for the bias (default: zeros).
+      dot_general: the dot product function (default: ``jtblas.dot_general``); another one runs
+        the Dense-and-split computation with it.
+    """
+
+    features: int
+    activation: str | None = "silu"
+    use_bias: bool = False
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    precision: PrecisionLike = None
+    kernel_init: Initializer = default_kernel_init
+    bias_init: Initializer = default_bias_init
+    dot_general: DotGeneralT | None = dot_general
+
+    @linen.compact
+    def __call__(self, inputs: Any) -> Any:
+        """Applies the gated linear unit along the last dimension.
+
+        Args:
+          inputs: The nd-array to be transformed.
+
+        Returns:
+          The transformed input, ``features`` wide.
+        """
+        _check_activation(self.activation)
+        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], 2 * self.features), self.param_dtype)
+        bias = self.param("bias", self.bias_init, (2 * self.features,), self.param_dtype) if self.use_bias else None
+        if self.dot_general is dot_general:
+            y = _fused(inputs, kernel, bias, dtype=self.dtype, precision=self.precision, activation=self.activation,
+                       gated=True)
+            if y is not None:
+                return y
+        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        product = self.dot_general or jax.lax.dot_general
+        y = product(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=self.precision)
+        if bias is not None:
+            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        gate, up = jnp.split(y, 2, axis=-1)
+        return _unfused_activation(gate, self.activation) * up
 
 
 class Linear(nnx.Linear):

@@ -37,13 +37,18 @@ def problem_of_operands(
     bias: Any = None,
     activation: Any = None,
     residual: Any = None,
+    gated: bool = False,
 ) -> tuple[Problem | None, GemmShape]:
     """Checks the operands and the epilogue's arguments; returns the kernel's `Problem` (None
-    when M, N or K is 0) and the sizes, with the batch shape that folds into M.
+    when M, N or K is 0) and the sizes, with the batch shape that folds into M. `gated`: b's N
+    columns are a gate's then an up projection's, and the result has N/2 (`Problem.gated`).
 
-    Raises TypeError for non-arrays and unsupported dtypes, ValueError for bad ranks and shapes,
-    mismatched contracting dimensions and unknown activations.
+    Raises TypeError for non-arrays, unsupported dtypes and a non-bool `gated`, ValueError for bad
+    ranks and shapes (an odd N when gated), mismatched contracting dimensions and unknown
+    activations.
     """
+    if not isinstance(gated, bool):
+        raise TypeError(f"jtblas.matmul: gated must be a bool, got {type(gated).__name__}")
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, (jax.Array, np.ndarray)):
             raise TypeError(f"jtblas.matmul: {name} must be a jax.Array or numpy array, got {type(x).__name__}")
@@ -78,9 +83,12 @@ def problem_of_operands(
             f"jtblas.matmul: {a.shape=} ({transpose_a=}) and {b.shape=} ({transpose_b=}) do not "
             f"contract: {k_a} != {k_b}"
         )
+    if gated and n % 2:
+        raise ValueError(f"jtblas.matmul: gated needs an even N (the gate's N/2 columns, then the up "
+                         f"projection's), got N={n} from {b.shape=} ({transpose_b=})")
     leading = () if transpose_a else tuple(a.shape[:-2])
     m = math.prod(leading) * rows  # leading dims of `a` fold into M: a free reshape
-    shape = GemmShape(m=m, n=n, k=k_a, out_shape=(*leading, rows, n))
+    shape = GemmShape(m=m, n=n, k=k_a, out_shape=(*leading, rows, n // 2 if gated else n))
     bias_dtype, activation, residual_dtype = _check_epilogue(bias, activation, residual, shape)
     if min(m, n, k_a) == 0:
         return None, shape
@@ -90,6 +98,7 @@ def problem_of_operands(
         transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
         input_precision=input_precision(precision),
         bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype, a_dtype=a_dtype, b_dtype=b_dtype,
+        gated=gated,
     )
     return problem, shape
 
@@ -114,9 +123,10 @@ def _check_epilogue(bias: Any, activation: Any, residual: Any, shape: GemmShape)
     if bias is not None and tuple(bias.shape) != (shape.n,):
         raise ValueError(f"jtblas.matmul: bias must have shape (N,) = ({shape.n},) for a result of shape "
                          f"{shape.out_shape}, got {bias.shape=}")
-    if residual is not None and tuple(residual.shape) not in (shape.out_shape, (shape.m, shape.n)):
+    columns = shape.out_shape[-1]
+    if residual is not None and tuple(residual.shape) not in (shape.out_shape, (shape.m, columns)):
         raise ValueError(f"jtblas.matmul: residual must have the result's shape {shape.out_shape} (or "
-                         f"{(shape.m, shape.n)}), got {residual.shape=}")
+                         f"{(shape.m, columns)}), got {residual.shape=}")
     if activation is None:
         activation = ""
     elif not isinstance(activation, str) or activation not in ACTIVATIONS:
@@ -130,7 +140,8 @@ def is_static_dim(dim: Any) -> bool:
 
 
 class GemmShape(NamedTuple):
-    """Sizes of a product: M (leading dims of `a` folded in), N, K, and the result's shape."""
+    """Sizes of a product: M (leading dims of `a` folded in), N (b's columns), K, and the result's
+    shape (N/2 columns for a gated product)."""
 
     m: int
     n: int

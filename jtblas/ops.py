@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from jtblas import hardware, launch, launch_specs, partitioning, sharding
-from jtblas.epilogue import ACTIVATION_FUNCTIONS, epilogue_reference
+from jtblas.epilogue import activated, epilogue_reference
 from jtblas.config import Config, Problem
 from jtblas.kernels.matmul import matmul_epilogue_kernel, matmul_kernel
 from jtblas.kernels.matmul_tma import (
@@ -62,6 +62,7 @@ def matmul(
     bias: jax.Array | None = None,
     activation: str | None = None,
     residual: jax.Array | None = None,
+    gated: bool = False,
     transpose_a: bool = False,
     transpose_b: bool = False,
     precision: Any = None,
@@ -81,6 +82,11 @@ def matmul(
         default tanh approximation), "gelu" (exact, with erf), "silu"; applied after the bias.
       residual: None or an array of the result's shape ([..., M, N], or [M, N] with the leading
         dims folded; fp32, fp16 or bf16), added last.
+      gated: b's N columns are a gate's N/2 then an up projection's N/2 (one [K, N] weight of a
+        gated linear unit, e.g. SwiGLU's gate and up projections side by side): the result is
+        [..., M, N/2] = activation(a·b_gate + bias[:N/2]) · (a·b_up + bias[N/2:]) + residual, in
+        one launch whose tiles pair the two halves' columns (N must be even; the model runs it
+        unsplit in the pointer kernel). With `activation=None` it is the bilinear unit.
       transpose_a, transpose_b: the operand is stored transposed; it is read through strides,
         never transposed (see Repacking for the one copy the model may make).
       precision: `jax.lax.Precision` (or a pair, or a string) for fp32 operands: DEFAULT/HIGH/None
@@ -126,13 +132,15 @@ def matmul(
     problem, shape = problem_of_operands(
         a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
         preferred_element_type=preferred_element_type, bias=bias, activation=activation, residual=residual,
+        gated=gated,
     )
     if config is not None and not isinstance(config, Config):
         raise TypeError(f"jtblas.matmul: config must be a jtblas.Config or None, got {type(config).__name__}")
     if problem is None:  # an empty product: no kernel to launch
         out_dtype = jnp.dtype(preferred_element_type or a.dtype)
-        zeros = jnp.zeros(shape.out_shape, jnp.float32)
-        return epilogue_reference(zeros, bias=bias, activation=activation or "", residual=residual).astype(out_dtype)
+        zeros = jnp.zeros((*shape.out_shape[:-1], shape.n), jnp.float32)  # b's columns
+        return epilogue_reference(zeros, bias=bias, activation=activation or "", residual=residual,
+                                  gated=gated).astype(out_dtype)
     if not isinstance(deterministic, bool):
         raise TypeError(f"jtblas.matmul: deterministic must be a bool, got {type(deterministic).__name__}")
     m, k = problem.m, problem.k
@@ -142,12 +150,12 @@ def matmul(
         repack=_REPACK_MODE.get(), deterministic=deterministic, activation=problem.activation,
         bias_dtype=problem.bias_dtype, residual_dtype=problem.residual_dtype,
         a_dtype=jnp.dtype(a.dtype).name, b_dtype=jnp.dtype(b.dtype).name, compute_dtype=problem.dtype,
-        target=launch.target_platform([a, b]),
+        target=launch.target_platform([a, b]), gated=problem.gated,
     )
     if _forward_mode(a, b, bias, residual):
         raise TypeError(_NO_FORWARD_MODE)
     a2 = a.reshape(k, m) if transpose_a else a.reshape(m, k)  # free: dense row-major
-    residual2 = None if residual is None else residual.reshape(m, problem.n)  # free
+    residual2 = None if residual is None else residual.reshape(m, problem.out_n)  # free
     # Under shard_map: the operands typed as varying over the union of their manual axes, the
     # custom_vjp traced inside jit (jtblas/sharding.py says why).
     present = [x for x in (bias, residual2) if x is not None]
@@ -205,6 +213,7 @@ class _Static(NamedTuple):
     # the launch's backend, so a product traced for the CPU interpreter must not be reused in a
     # lowering for CUDA (`launch.forced_backend`), nor the reverse.
     target: tuple[str, int | None] = ("", None)
+    gated: bool = False  # b's columns are a gate's then an up projection's (`Problem.gated`)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -225,29 +234,32 @@ def _gemm_fwd(a: Any, b: Any, bias: Any, residual: Any, static: _Static) -> tupl
     bias_value = None if bias is None else bias.value
     residual_value = None if residual is None else residual.value
     saved = (a.value if b.perturbed else None, b.value if a.perturbed else None)
-    if not static.activation:
+    if not static.activation and not static.gated:
         return _gemm(a.value, b.value, bias_value, residual_value, static), (*saved, None)
-    # With an activation, the launch stops at the pre-activation z = op(a)·op(b) + bias (in the
-    # output dtype, as XLA's dot would write it) and XLA applies the activation and the residual:
-    # z is what the derivative needs, so it is saved rather than recomputed by a second GEMM in
-    # the backward pass (M x N saved, as for an unfused layer).
-    pre_static = static._replace(activation="", residual_dtype="")
+    # With an activation (or a gate), the launch stops at the pre-activation z = op(a)·op(b) +
+    # bias (in the output dtype, as XLA's dot would write it; both halves of a gated product) and
+    # XLA applies the activation, the gate and the residual: z is what the derivative needs, so it
+    # is saved rather than recomputed by a second GEMM in the backward pass (M x N saved, as for
+    # an unfused layer).
+    pre_static = static._replace(activation="", residual_dtype="", gated=False)
     pre = _gemm(a.value, b.value, bias_value, None, pre_static)
-    out = epilogue_reference(pre, activation=static.activation, residual=residual_value)
+    out = epilogue_reference(pre, activation=static.activation, residual=residual_value, gated=static.gated)
     return out.astype(static.out_dtype), (*saved, pre)
 
 
 def _gemm_bwd(static: _Static, residuals: tuple, g: Any) -> tuple[Any, Any, Any, Any]:
     """dx = g'·op(b)ᵀ and dw = op(a)ᵀ·g', written for the stored layouts so that every operand is
     read through strides: each is the public `matmul` with transpose flags and config=None. g' is
-    g times the activation's derivative at the saved pre-activation (g without one); the
-    bias's cotangent is g''s column sum, the residual's g itself, each in its input's dtype."""
+    g times the activation's (and the gate's) derivative at the saved pre-activation (g without
+    one); the bias's cotangent is g''s column sum, the residual's g itself, each in its input's
+    dtype."""
     a, b, pre = residuals
     if isinstance(g, jax.custom_derivatives.SymbolicZero):
         return None, None, None, None
     d_residual = g.astype(static.residual_dtype) if static.residual_dtype else None
-    if static.activation:  # g times the activation's derivative at the saved pre-activation, in fp32
-        _, derivative = jax.vjp(ACTIVATION_FUNCTIONS[static.activation], pre.astype(jnp.float32))
+    if static.activation or static.gated:  # g times the derivative at the saved pre-activation, in fp32
+        _, derivative = jax.vjp(functools.partial(activated, activation=static.activation, gated=static.gated),
+                                pre.astype(jnp.float32))
         g = derivative(g.astype(jnp.float32))[0]
     d_bias = jnp.sum(g.astype(jnp.float32), axis=0).astype(static.bias_dtype) if static.bias_dtype else None
     da, db = _operand_cotangents(a, b, g, static)
@@ -337,16 +349,17 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
     rows, cols = a.shape[1:]
     m, k = (cols, rows) if static.transpose_a else (rows, cols)
     n = b.shape[1] if static.transpose_b else b.shape[2]
+    out_n = n // 2 if static.gated else n  # C's columns
     out_dtype = jnp.dtype(static.out_dtype)
     if batch == 0:
-        return jnp.zeros((0, m, n), out_dtype)
+        return jnp.zeros((0, m, out_n), out_dtype)
     if batch_b == 1 and batch_a > 1 and not static.transpose_a and (bias is None or bias.shape[0] == 1):
         # Only `a` is batched (the residual too, or broadcast) and stored [Ba, M, K]: the batch
         # folds into M (a free reshape), one larger GEMM instead of a batch of small ones.
         if residual is not None:
-            residual = jnp.broadcast_to(residual, (batch_a, m, n)).reshape(1, batch_a * m, n)
+            residual = jnp.broadcast_to(residual, (batch_a, m, out_n)).reshape(1, batch_a * m, out_n)
         out = _launch_batched(a.reshape(1, batch_a * m, k), b, static, bias=bias, residual=residual)
-        return out.reshape(batch_a, m, n)
+        return out.reshape(batch_a, m, out_n)
     compute = static.compute_dtype or jnp.dtype(a.dtype).name
     a_dtype, b_dtype = stored_dtypes(a, b, compute)
     problem = Problem(
@@ -354,7 +367,7 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
         transpose_a=static.transpose_a, transpose_b=static.transpose_b,
         input_precision=static.input_precision, batch=batch,
         bias_dtype=static.bias_dtype, activation=static.activation, residual_dtype=static.residual_dtype,
-        a_dtype=a_dtype, b_dtype=b_dtype,
+        a_dtype=a_dtype, b_dtype=b_dtype, gated=static.gated,
     )
     config = static.config
     hw = launch_hardware([a, b])
@@ -383,13 +396,13 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
     if bias is not None:
         bias = _pad_to(jnp.broadcast_to(bias, (batch, n))[:, None], (1, problem.n))[:, 0]
     if residual is not None:
-        residual = _pad_to(jnp.broadcast_to(residual, (batch, m, n)), (problem.m, problem.n))
+        residual = _pad_to(jnp.broadcast_to(residual, (batch, m, out_n)), (problem.m, problem.out_n))
     # Batch stride 0 broadcasts an operand that is not batched.
     strides = (a.shape[1] * a.shape[2] if batch_a > 1 else 0, b.shape[1] * b.shape[2] if batch_b > 1 else 0,
-               problem.m * problem.n)
+               problem.m * problem.out_n)
     out = _launch_gemm(a, b, problem, config, batch=batch, batch_strides=strides,
                        deterministic=static.deterministic, hw=hw, bias=bias, residual=residual)
-    return out if (problem.m, problem.n) == (m, n) else out[:, :m, :n]
+    return out if (problem.m, problem.out_n) == (m, out_n) else out[:, :m, :out_n]
 
 
 def _pad_to(x: jax.Array, shape: tuple[int, int]) -> jax.Array:
@@ -438,7 +451,7 @@ def _launch_gemm(
         if batch_strides[0]:
             batch_strides = (a.shape[-2] * a.shape[-1], *batch_strides[1:])
     spec = launch_specs.launch_spec(problem, config, batch=batch, batch_strides=batch_strides, atomic=atomic, hw=hw)
-    out_shape = (problem.m, problem.n) if a.ndim == 2 else (batch, problem.m, problem.n)
+    out_shape = (problem.m, problem.out_n) if a.ndim == 2 else (batch, problem.m, problem.out_n)
     out_dtype = jnp.dtype(problem.out_dtype)
     fp32 = jnp.dtype(jnp.float32)
     epilogue = dict(HAS_BIAS=bias is not None, ACTIVATION=problem.activation, HAS_RESIDUAL=residual is not None)
@@ -454,7 +467,8 @@ def _launch_gemm(
     if (fused or problem.casts) and config.tma:
         raise ValueError(f"jtblas: the TMA kernel has no epilogue and converts no operand "
                          f"({config.short()} on {problem.short()})")
-    metaparams = dict(spec.metaparams, **epilogue) if fused else spec.metaparams
+    # GATED: `matmul_epilogue_kernel`'s only (`launch_specs.launch_spec` refuses a split gated product).
+    metaparams = dict(spec.metaparams, **epilogue, GATED=problem.gated) if fused else spec.metaparams
     if problem.casts and launch.target_platform([a, b])[0] == "cpu":
         # Triton's interpreter multiplies bf16 tiles as raw bits (its bf16 operands arrive as
         # fp32, `jtblas.interpreter`): the converted tiles are multiplied as fp32 there.

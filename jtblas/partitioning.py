@@ -25,6 +25,9 @@ epilogue would add the bias once per device). That is
 the single-device product's rounding (fp32 accumulation, one rounding at the end, as the split-K
 reduction does), where a sum of 16-bit partials would round once per device; it moves twice the
 bytes of a 16-bit all-reduce.
+A gated product (`Problem.gated`: B's N columns a gate's then an up projection's) pairs columns
+N/2 apart in each tile, so its N is never split: B (and the bias) are gathered along N where they
+are sharded, and its rows, batch and K are partitioned as any product's.
 
 Not applied inside `shard_map` (the body is already per device, typed by `jtblas.sharding`),
 outside a trace (eager operands run where they are), or with a single device. On the CPU
@@ -65,6 +68,9 @@ class _Layout(NamedTuple):
     broadcast_bias: bool = False
     has_residual: bool = False
     broadcast_residual: bool = False
+    # A gated product (`jtblas.config.Problem.gated`): its tiles pair B's columns N/2 apart, so N
+    # is never split across devices (B and the bias are gathered along it where they are split).
+    gated: bool = False
 
 
 def partitioned_launch(local: Callable[..., jax.Array], a: jax.Array, b: jax.Array, static: Any, *,
@@ -84,7 +90,8 @@ def partitioned_launch(local: Callable[..., jax.Array], a: jax.Array, b: jax.Arr
                      broadcast_a=a.shape[0] < batch, broadcast_b=b.shape[0] < batch,
                      has_bias=bias is not None, broadcast_bias=bias is not None and bias.shape[0] < batch,
                      has_residual=residual is not None,
-                     broadcast_residual=residual is not None and residual.shape[0] < batch)
+                     broadcast_residual=residual is not None and residual.shape[0] < batch,
+                     gated=bool(getattr(static, "gated", False)))
     extras = [x for x in (bias, residual) if x is not None]
     return _partitioned(local, layout)(a, b, *extras, static)
 
@@ -155,14 +162,18 @@ def _sharding_rule(layout: _Layout) -> SdyShardingRule:
                   ("r", layout.has_bias and layout.broadcast_bias),
                   ("s", layout.has_residual and layout.broadcast_residual))
     replicated = tuple(f for f, broadcast in broadcasts if broadcast)
+    # A gated product's result has half of B's columns: its own factor "o", and neither is split.
+    out_n = "o" if layout.gated else "n"
+    if layout.gated:
+        replicated += ("n", "o")
     epilogue = []
     if layout.has_bias:
         epilogue.append(ArrayMapping("r" if layout.broadcast_bias else "b", "n"))
     if layout.has_residual:
-        epilogue.append(ArrayMapping("s" if layout.broadcast_residual else "b", "m", "n"))
+        epilogue.append(ArrayMapping("s" if layout.broadcast_residual else "b", "m", out_n))
     return SdyShardingRule(
         operand_mappings=(ArrayMapping(batch_a, *rows_a), ArrayMapping(batch_b, *rows_b), *epilogue),
-        result_mappings=(ArrayMapping("b", "m", "n"),),
+        result_mappings=(ArrayMapping("b", "m", out_n),),
         reduction_factors=("k",),
         need_replication_factors=replicated,
     )
@@ -210,6 +221,8 @@ def _factor_axes(layout: _Layout, mesh: Any, arg_shapes: Any, result_shape: Any)
     k_size = a.shape[1] if layout.transpose_a else a.shape[2]
     if k_size % _axes_size(mesh, chosen["k"]):
         chosen["k"] = ()
+    if layout.gated:
+        chosen["n"] = ()
     return _FactorAxes(**chosen)
 
 
@@ -255,7 +268,8 @@ def _partition(local, layout, static, mesh, arg_shapes, result_shape):
             return local(a, b, static, bias=bias, residual=residual)
         # Partial products over K: summed in fp32, rounded once (the module docstring says why),
         # the epilogue applied after the sum.
-        partial = local(a, b, static._replace(out_dtype=_FP32, activation="", bias_dtype="", residual_dtype=""))
+        partial = local(a, b, static._replace(out_dtype=_FP32, activation="", bias_dtype="", residual_dtype="",
+                                              gated=False))
         total = jax.lax.psum(partial, axes.k)
         return _epilogue(total, static, bias, residual).astype(jnp.dtype(out_dtype))
 
@@ -278,7 +292,7 @@ def _xla_product(a: jax.Array, b: jax.Array, static: Any, *, bias: jax.Array | N
 def _epilogue(product: jax.Array, static: Any, bias: jax.Array | None, residual: jax.Array | None) -> jax.Array:
     """`epilogue_reference` of the fp32 [B, M, N] product with a bias [B, N]: the epilogue
     the kernel fuses, by XLA."""
-    if bias is None and residual is None and not static.activation:
+    if bias is None and residual is None and not static.activation and not static.gated:
         return product
     return epilogue_reference(product, bias=None if bias is None else bias[:, None, :],
-                                  activation=static.activation, residual=residual)
+                              activation=static.activation, residual=residual, gated=static.gated)

@@ -44,6 +44,7 @@ def problem_of_sizes(
     m: int, n: int, k: int, *, dtype: Any = "bfloat16", out_dtype: Any = None,
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None, batch: int = 1,
     b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
+    gated: bool = False,
 ) -> Problem:
     """A `Problem` from user-facing arguments (see `select`)."""
     for name, value in (("M", m), ("N", n), ("K", k), ("batch", batch)):
@@ -57,13 +58,17 @@ def problem_of_sizes(
         raise ValueError(f"jtblas: activation must be None or one of {ACTIVATIONS}, got {activation!r}")
     epilogue = {name: "" if value is None else dtype_name(value, EPILOGUE_DTYPE_BYTES)
                 for name, value in (("bias_dtype", bias_dtype), ("residual_dtype", residual_dtype))}
+    if not isinstance(gated, bool):
+        raise TypeError(f"jtblas: gated must be a bool, got {gated!r}")
+    if gated and n % 2:
+        raise ValueError(f"jtblas: gated needs an even N (the gate's N/2 columns, then the up projection's), got {n}")
     return Problem(
         m=int(m), n=int(n), k=int(k), dtype=compute,
         out_dtype=compute if out_dtype is None else dtype_name(out_dtype),
         transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
         input_precision=precision_name, batch=int(batch),
         a_dtype="" if a_stored == compute else a_stored, b_dtype="" if b_stored == compute else b_stored,
-        activation=activation or "", **epilogue,
+        activation=activation or "", gated=gated, **epilogue,
     )
 
 
@@ -75,7 +80,7 @@ def _cached_problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precisi
 
 
 # The keyword arguments of `select` beyond the layout, in the order `_problem` takes them.
-_EXTRA = ("b_dtype", "bias_dtype", "activation", "residual_dtype")
+_EXTRA = ("b_dtype", "bias_dtype", "activation", "residual_dtype", "gated")
 
 
 def _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch, *extra) -> Problem:
@@ -102,6 +107,7 @@ def select(
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
     b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
+    gated: bool = False,
 ) -> Config:
     """The model's configuration for C[M, N] = op(A) · op(B) with op(A) [M, K], op(B) [K, N].
 
@@ -119,6 +125,8 @@ def select(
         and computes in `jtblas.config.compute_dtype_name`'s dtype (the default output dtype).
       bias_dtype, activation, residual_dtype: the fused epilogue (`jtblas.matmul`'s bias,
         activation and residual): its bytes and work are in the predictions.
+      gated: the N columns are a gate's then an up projection's (`jtblas.matmul(gated=True)`:
+        C has N/2 columns); the plain kernel's configs only.
 
     Raises:
       ValueError: a size or batch that is not a positive integer, or products whose operands and
@@ -130,7 +138,7 @@ def select(
       so), is the padded problem; the same every time (cached).
     """
     problem = _problem(m, n, k, dtype, out_dtype, transpose_a, transpose_b, precision, batch,
-                       b_dtype, bias_dtype, activation, residual_dtype)
+                       b_dtype, bias_dtype, activation, residual_dtype, gated)
     return model.plan_for_problem(problem, hardware_lib.get(hardware)).config
 
 
@@ -139,6 +147,7 @@ def candidates(
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
     b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
+    gated: bool = False,
 ) -> list[Config]:
     """The whole search space the model ranks for this problem, in a fixed order (arguments as
     for `select`): the configs of the problem the kernel runs, so `select(...)` is one of them and
@@ -147,7 +156,8 @@ def candidates(
     the configs of the operands as stored (what an explicit `matmul(config=...)` runs on)."""
     problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
                                transpose_b=transpose_b, precision=precision, batch=batch, b_dtype=b_dtype,
-                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype)
+                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype,
+                               gated=gated)
     hw = hardware_lib.get(hardware)
     return model.candidates_for_problem(model.plan_for_problem(problem, hw).kernel_problem, hw)
 
@@ -157,13 +167,15 @@ def candidates_as_stored(
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
     b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
+    gated: bool = False,
 ) -> list[Config]:
     """The configs of the operands as stored, never repacked (arguments as for `select`): what an
     explicit `matmul(config=...)` accepts, and the list the exhaustive-search oracle times on the
     caller's operands. The same as `candidates(...)` wherever the model does not repack."""
     problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
                                transpose_b=transpose_b, precision=precision, batch=batch, b_dtype=b_dtype,
-                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype)
+                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype,
+                               gated=gated)
     return model.candidates_for_problem(problem, hardware_lib.get(hardware))
 
 
@@ -172,6 +184,7 @@ def explain(
     transpose_a: bool = False, transpose_b: bool = False, precision: Any = None,
     hardware: str | hardware_lib.Hardware | None = None, batch: int = 1,
     b_dtype: Any = None, bias_dtype: Any = None, activation: str | None = None, residual_dtype: Any = None,
+    gated: bool = False,
 ) -> model.Explanation:
     """Every candidate ranked by predicted time with its terms (arguments as for `select`).
 
@@ -181,5 +194,6 @@ def explain(
     """
     problem = problem_of_sizes(m, n, k, dtype=dtype, out_dtype=out_dtype, transpose_a=transpose_a,
                                transpose_b=transpose_b, precision=precision, batch=batch, b_dtype=b_dtype,
-                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype)
+                               bias_dtype=bias_dtype, activation=activation, residual_dtype=residual_dtype,
+                               gated=gated)
     return model.explain_problem(problem, hardware_lib.get(hardware))

@@ -1,5 +1,7 @@
 """Float64 references and per-dtype tolerances for GEMM tests."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,16 @@ TOLERANCE = {
 FP32_OUTPUT_TOLERANCE = {"bfloat16": 2e-5, "float16": 2e-5}
 
 DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+
+# `jtblas.ACTIVATIONS` (and None) in float64, for references: jax.nn's forms.
+_erf = np.vectorize(math.erf)
+FLOAT64_ACTIVATIONS = {
+    None: lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    "gelu": lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+}
 
 
 def tolerance(dtype: str, out_dtype: str, precision: str = "tf32") -> float:

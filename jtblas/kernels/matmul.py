@@ -72,16 +72,22 @@ def activated(x, ACTIVATION: tl.constexpr):
 def tile_bases(
     a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_UNIT: tl.constexpr, N_UNIT: tl.constexpr,
-    SHORT_A_ROWS: tl.constexpr = 0,
+    SHORT_A_ROWS: tl.constexpr = 0, GATED: tl.constexpr = False,
 ):
     """Pointers to the tile's A rows ([BLOCK_M, 1]) and B columns ([1, BLOCK_N]) at K = 0.
-    SHORT_A_ROWS > 0: the rows past M are not wrapped; `reduce_k_blocks` masks them instead."""
+    SHORT_A_ROWS > 0: the rows past M are not wrapped; `reduce_k_blocks` masks them instead.
+    GATED: B has 2·N columns (a gate's N, then an up projection's N) and the tile's BLOCK_N columns
+    are the gate's BLOCK_N / 2 columns of output tile pid_n, then the up projection's same ones."""
     # Rows and columns past the edge wrap around (modulo) so loads stay in bounds without masks;
     # the store is masked, so wrapped values are never written.
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if SHORT_A_ROWS == 0:
         offs_m = offs_m % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    if GATED:
+        pair = tl.arange(0, BLOCK_N)
+        offs_n = (pid_n * (BLOCK_N // 2) + pair % (BLOCK_N // 2)) % N + (pair // (BLOCK_N // 2)) * N
+    else:
+        offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     # What the hints may claim: the wrap happens at multiples of M (N), so runs of M_UNIT (N_UNIT)
     # offsets stay contiguous and start at multiples of it, but no longer runs. (Tutorial 03's
     # hint, runs of BLOCK_M, is false past the wrap: with a 16-byte-aligned row stride and N = 2
@@ -203,6 +209,32 @@ def tile_epilogue(acc, bias_ptr, residual_ptr, pid_m, pid_n, M, N, stride_rm, st
 
 
 @triton.jit
+def gated_tile_epilogue(acc, bias_ptr, residual_ptr, pid_m, pid_n, M, N, stride_rm, stride_rn,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """The [BLOCK_M, BLOCK_N / 2] tile (pid_m, pid_n) of a gated product's C from its fp32 tile
+    `acc` (the gate's columns, then the up projection's: `tile_bases` GATED): activation(gate +
+    bias[cols]) · (up + bias[N + cols]) (HAS_BIAS: a bias [2·N]), + the residual's tile
+    (HAS_RESIDUAL, [M, N] with strides stride_rm, stride_rn), all in fp32."""
+    half: tl.constexpr = BLOCK_N // 2
+    if HAS_BIAS:
+        pair = tl.arange(0, BLOCK_N)
+        cols = pid_n * half + pair % half
+        bias = tl.load(bias_ptr + cols + (pair // half) * N, mask=cols < N, other=0.0)
+        acc += bias.to(tl.float32)[None, :]
+    # [BLOCK_M, 2, half] -> [BLOCK_M, half, 2]: the gate and the up projection of each column pair.
+    gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, half)), (0, 2, 1)))
+    out = activated(gate, ACTIVATION) * up
+    if HAS_RESIDUAL:
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * half + tl.arange(0, half)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        residual = tl.load(residual_ptr + rows[:, None] * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0)
+        out += residual.to(tl.float32)
+    return out
+
+
+@triton.jit
 def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                ATOMIC: tl.constexpr = False, row_shift=0, col_shift=0, SHIFTED: tl.constexpr = False):
     """Stores the tile's accumulator into C, cast to C's dtype, masked at the edges; with ATOMIC,
@@ -279,6 +311,7 @@ def gemm_program(
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -318,6 +351,10 @@ def gemm_program(
     HAS_BIAS, ACTIVATION, HAS_RESIDUAL: the epilogue (`tile_epilogue`), applied to an unsplit
     tile (SPLIT_K = K_PHASES = 1) before its store: bias_ptr holds a bias [batch, N] (N apart),
     residual_ptr a residual laid out as C (strides stride_cm, stride_cn, stride_cb).
+    GATED: a gated product (`jtblas.config.Problem.gated`, unsplit, unswapped): N is C's columns,
+    B has 2·N (the gate's, then the up projection's), the bias 2·N per batch entry; each program's
+    BLOCK_N columns of B are one C tile's BLOCK_N / 2 column pairs (`tile_bases`), which
+    `gated_tile_epilogue` multiplies into it.
     TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
     where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the
     previous row's, or for the first row, none: its shift is 0) and after it, inside the 16-byte
@@ -405,7 +442,10 @@ def gemm_program(
         store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT,
                    a_shift, b_shift, True)
     else:
-        pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if GATED:
+            pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N // 2, GROUP_M)
+        else:
+            pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if INDEX_64:
             pid_m = pid_m.to(tl.int64)
             pid_n = pid_n.to(tl.int64)
@@ -415,6 +455,7 @@ def gemm_program(
         c_ptr += batch * stride_cb
         a_rows, b_cols = tile_bases(
             a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS,
+            GATED,
         )
         k_blocks = tl.cdiv(K, BLOCK_K)
         if SPLIT_K == 1:
@@ -423,9 +464,16 @@ def gemm_program(
                 BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
                 False, CAST_A, CAST_B, ROUND_ONLY,
             )
-            if HAS_BIAS or HAS_RESIDUAL or ACTIVATION != "":
-                acc = tile_epilogue(acc, bias_ptr + batch * N, residual_ptr + batch * stride_cb, pid_m, pid_n, M, N,
-                                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)
+            if GATED:
+                out = gated_tile_epilogue(acc, bias_ptr + batch * 2 * N, residual_ptr + batch * stride_cb, pid_m,
+                                          pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION,
+                                          HAS_RESIDUAL)
+                store_tile(c_ptr, out, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N // 2)
+            else:
+                if HAS_BIAS or HAS_RESIDUAL or ACTIVATION != "":
+                    acc = tile_epilogue(acc, bias_ptr + batch * N, residual_ptr + batch * stride_cb, pid_m, pid_n, M,
+                                        N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)
+                store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT)
         else:
             # Program (tile, batch, split) reduces K blocks [split·chunk, (split+1)·chunk) into its
             # own fp32 partial, c[split, batch] of a dense [SPLIT_K, batch, M, N] workspace (the
@@ -444,7 +492,7 @@ def gemm_program(
                 BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION, EVEN_K, INDEX_64, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB,
                 False, CAST_A, CAST_B, ROUND_ONLY,
             )
-        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT)
+            store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, ATOMIC_SPLIT)
 
 
 # M, N, K and the batch strides already carry their divisibility in *_UNIT; Triton's launcher
@@ -507,7 +555,7 @@ def matmul_kernel(
         EVEN_K, INDEX_64, M_UNIT, N_UNIT, K_UNIT, STRIDE_AM_UNIT, STRIDE_AK_UNIT, STRIDE_BK_UNIT,
         STRIDE_BN_UNIT, STRIDE_CM_UNIT, STRIDE_AB_UNIT, STRIDE_BB_UNIT, STRIDE_CB_UNIT, SPLIT_K, ATOMIC_SPLIT,
         K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB, K_PHASES, SHIFT_A, SHIFT_B, VECTOR, PHASE_MAJOR_A, TILE_M_UNIT,
-        TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, False, "", False)
+        TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, False, "", False, False)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
@@ -565,10 +613,12 @@ def matmul_epilogue_kernel(
     HAS_BIAS: tl.constexpr = False,
     ACTIVATION: tl.constexpr = "",
     HAS_RESIDUAL: tl.constexpr = False,
+    GATED: tl.constexpr = False,
 ):
     """C = epilogue(A · B) (`gemm_program`): `matmul_kernel` with a bias [batch, N] (HAS_BIAS),
     an activation and a residual laid out as C (HAS_RESIDUAL) applied to each fp32 tile before
-    its store. Launched only without a K split (split-K and K phase partials get theirs in
+    its store; with GATED, C [M, N] pairs B's 2·N columns (a gate's, then an up projection's).
+    Launched only without a K split (split-K and K phase partials get theirs in
     `sum_splits_epilogue_kernel`)."""
     gemm_program(a_ptr, b_ptr, bias_ptr, residual_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         stride_cm, stride_cn, stride_ab, stride_bb, stride_cb, c_ptr, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
@@ -576,4 +626,4 @@ def matmul_epilogue_kernel(
         STRIDE_BK_UNIT, STRIDE_BN_UNIT, STRIDE_CM_UNIT, STRIDE_AB_UNIT, STRIDE_BB_UNIT, STRIDE_CB_UNIT,
         SPLIT_K, ATOMIC_SPLIT, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB, K_PHASES, SHIFT_A, SHIFT_B, VECTOR,
         PHASE_MAJOR_A, TILE_M_UNIT, TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, HAS_BIAS, ACTIVATION,
-        HAS_RESIDUAL)
+        HAS_RESIDUAL, GATED)

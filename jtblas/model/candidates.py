@@ -508,6 +508,8 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
 
     fma = resources.uses_fma(problem)
     plain = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
+    if problem.gated:  # the plain pointer kernel only (`resources.fit_errors`)
+        return _epilogue_fits(plain, problem, hardware)
     parts = [plain]
     if split_k_searched(problem, hardware):
         parts.append(_split_arrays(plain, problem, hardware, low_s))
@@ -535,13 +537,17 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md).
     if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
         parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True)))
-    found = parts[0] if len(parts) == 1 else _concatenate(parts)
-    if problem.residual_dtype:  # the fused epilogue's registers (`resources.fit_errors`)
-        accumulators = found.block_m * found.block_n // (32 * found.num_warps)
-        registers = accumulators + -(-accumulators * problem.residual_bytes // 4) + resources.EPILOGUE_ADDRESS_REGISTERS
-        fused = (found.split_k == 1) & (found.k_phases == 1)
-        found = found.take(~fused | (registers <= hardware.max_regs_per_thread))
-    return found
+    return _epilogue_fits(parts[0] if len(parts) == 1 else _concatenate(parts), problem, hardware)
+
+
+def _epilogue_fits(found: Candidates, problem: Problem, hardware: Hardware) -> Candidates:
+    """The candidates whose fused epilogue's registers fit (`resources.fit_errors`)."""
+    if not problem.residual_dtype:
+        return found
+    accumulators = found.block_m * found.block_n // (32 * found.num_warps)
+    registers = accumulators + -(-accumulators * problem.residual_bytes // 4) + resources.EPILOGUE_ADDRESS_REGISTERS
+    fused = (found.split_k == 1) & (found.k_phases == 1)
+    return found.take(~fused | (registers <= hardware.max_regs_per_thread))
 
 
 def _split_arrays(plain: Candidates, problem: Problem, hardware: Hardware, low_s: int) -> Candidates:

@@ -58,7 +58,10 @@ An epilogue (`Problem.bias_dtype`, `activation`, `residual_dtype`) adds to the l
 C: without a split, to each tile's epilogue its residual tile's and bias's bytes through the load
 port and its activation's fp32 work (ACTIVATION_FLOPS), and to the memory terms the bytes the
 epilogue reads (N·bias bytes + M·N·residual bytes, per batch entry; the bias once per tile in
-L2); with a split, the same bytes and work to the reduction kernel, which applies it.
+L2); with a split, the same bytes and work to the reduction kernel, which applies it. A gated
+product (`Problem.gated`: N columns, a gate's then an up projection's) is the N-column product
+whose tiles store half their columns: C, its residual and the activation count M·N/2 elements
+(plus GATE_FLOPS per element for the multiply); no split, swap, TMA or repacking is offered.
 
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`) and a launch that costs `tma_setup_seconds` more (docs/model.md).
@@ -93,6 +96,9 @@ PARTIAL_BYTES = 4
 # the cubic (4) and silu's sigmoid; gelu libdevice's erf (~12 FMAs and an exp) and 3 more.
 # Estimates from the instruction mix, not measured.
 ACTIVATION_FLOPS = {"": 0, "relu": 2, "silu": 22, "gelu_tanh": 30, "gelu": 38}
+# fp32 FLOPs per output element of a gated product's pairing beyond its activation: the multiply
+# (an estimate; the register shuffle that pairs the two halves is not counted).
+GATE_FLOPS = 2
 MIN_ASYNC_COPY_BYTES = resources.MIN_ASYNC_COPY_BYTES
 
 
@@ -551,13 +557,16 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # One tile: fill, the K loop, the epilogue.
     fill = latency + (a_loaded + b_step) / load_port
     stored_bytes = np.where(split > 1, PARTIAL_BYTES, problem.out_bytes)
-    c_tile = bm * bn * stored_bytes
+    # A gated tile stores (and adds a residual to) half its columns: gate · up pairs.
+    out_columns = bn // 2 if problem.gated else bn
+    c_tile = bm * out_columns * stored_bytes
     store_width = np.where(shift_b, stored_bytes, full)
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
     if problem.has_epilogue:
         fused = split == 1  # else the reduction kernel applies it (`reduction_seconds`)
-        epilogue_reads = (bm * bn * problem.residual_bytes + bn * problem.bias_bytes) / load_port
-        activation = bm * bn * ACTIVATION_FLOPS[problem.activation] * sms / hardware.fp32_flops
+        epilogue_reads = (bm * out_columns * problem.residual_bytes + bn * problem.bias_bytes) / load_port
+        flops = ACTIVATION_FLOPS[problem.activation] + (GATE_FLOPS if problem.gated else 0)
+        activation = bm * out_columns * flops * sms / hardware.fp32_flops
         epilogue = epilogue + np.where(fused, epilogue_reads + activation, 0.0)
     tile_throughput = k_steps * step + epilogue
     loop_latency = np.maximum(k_steps * step_chain, (k_steps - 1) * step_latency)
@@ -584,12 +593,12 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     a_rereads = np.where(group_rows * a_panel + window_cols * b_panel <= capacity, 1.0, plain_n / window_cols)
     b_rereads = np.where(b_bytes + group_rows * a_panel <= capacity, 1.0, plain_m / window_rows)
     operand_dram = (a_rereads * a_bytes + b_rereads * b_bytes) * problem.batch
-    c_bytes = problem.m * problem.n * stored_bytes * split * problem.batch
+    c_bytes = problem.m * problem.out_n * stored_bytes * split * problem.batch
     dram_bytes = operand_dram + c_bytes
     operand_l2 = grid * (a_rows * a_element + bn * b_element) * k_steps * bk
     l2_bytes = operand_l2 + c_bytes
     if problem.has_epilogue:
-        residual_bytes = problem.m * problem.n * problem.residual_bytes * problem.batch
+        residual_bytes = problem.m * problem.out_n * problem.residual_bytes * problem.batch
         dram_bytes = dram_bytes + np.where(fused, residual_bytes + problem.n * problem.bias_bytes * problem.batch, 0.0)
         l2_bytes = l2_bytes + np.where(fused, residual_bytes + tiles * bn * problem.bias_bytes, 0.0)
     l2_hit_rate = np.maximum(0.0, 1.0 - operand_dram / operand_l2)

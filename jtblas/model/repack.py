@@ -245,9 +245,11 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
     best = ProductPlan(problem=problem, kernel_problem=problem, config=plain.config,
                 predicted_seconds=plain.predicted_seconds, plain_config=plain.config,
                 plain_seconds=plain.predicted_seconds)
-    options = _options(problem, narrow, mode, hardware)
+    # A gated product's tiles pair columns N/2 apart: a padded B would move them.
+    options = [] if problem.gated else _options(problem, narrow, mode, hardware)
     if not options:
-        reason = ("operands load at full vector width: nothing to repack" if not any(narrow)
+        reason = ("a gated product is not repacked" if problem.gated
+                  else "operands load at full vector width: nothing to repack" if not any(narrow)
                   else "repacking turned off")
         return dataclasses.replace(best, reason=reason)
     candidates = []

@@ -5,7 +5,6 @@ kernel (plain and swapped tiles) and in the split-K / K-phase reduction; gradien
 """
 
 import itertools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,14 @@ import jtblas
 from jtblas import hardware, launch_specs, model
 from jtblas.config import Config, Problem
 from jtblas.model import candidates, cost, resources
-from tests.reference import DTYPES, kernel_calls, lower_for_cuda, relative_error, tolerance
+from tests.reference import (
+    DTYPES,
+    FLOAT64_ACTIVATIONS,
+    kernel_calls,
+    lower_for_cuda,
+    relative_error,
+    tolerance,
+)
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
@@ -31,15 +37,6 @@ CONFIGS = {
     "swapped": Config(block_m=16, block_n=64, block_k=16, group_m=1, num_warps=4, num_stages=2, swap_ab=True),
     "split_k": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, split_k=2),
     "k_phases": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, k_phases=2),
-}
-
-_erf = np.vectorize(math.erf)
-FLOAT64_ACTIVATIONS = {
-    None: lambda x: x,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
-    "gelu": lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))),
-    "silu": lambda x: x / (1 + np.exp(-x)),
 }
 
 
