@@ -6,11 +6,14 @@ The forward products of the corpus's layers that carry an epilogue (`jtblas/benc
 regimes prefill, train and inference): the MLP's up projection, y = act(x·W + b) with each
 family's activation (GPT-2: tanh GELU; BERT and ViT: exact GELU; T5: ReLU), the attention's qkv
 projection, y = x·W + b, and its output projection with the residual, y = x·W + b + x (K = N
-there, so the residual is the product's own input). Three contenders in the same jitted slope loop
-(`jtblas.bench.jax_loop`, B changing every iteration), each product's rounds in turn:
+there, so the residual is the product's own input); then the gated families' gate-and-up
+projection (`gate_up`, one [K, 2F] weight, every regime), y = act(x·W_gate) · (x·W_up) (Llama,
+Mistral, Qwen, Phi-3, Mixtral: SiLU; Gemma 2: tanh GELU). Three contenders in the same jitted
+slope loop (`jtblas.bench.jax_loop`, B changing every iteration), each product's rounds in turn:
 
   xla      the epilogue in jnp around `lax.dot_general`: what XLA fuses into its GEMM
-  fused    `jtblas.matmul(x, w, bias=b, activation=..., residual=...)`: one launch
+  fused    `jtblas.matmul(x, w, bias=b, activation=..., residual=...)` (`gated=True` for
+           gate_up): one launch
   unfused  `jtblas.matmul(x, w)` then the same jnp epilogue (what `jtblas.nn.Dense` ran before)
 
 Prints one line per product and writes the records (times in seconds) as JSON.
@@ -38,15 +41,20 @@ JNP_ACTIVATIONS = {
     "gelu_tanh": lambda y: jax.nn.gelu(y, approximate=True),
     "gelu": lambda y: jax.nn.gelu(y, approximate=False),
     "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
 }
 REGIMES = ("prefill", "train", "inference")
+# The gated families' gate activation (their config.json's hidden_act).
+GATED_ACTIVATIONS = {"llama3": "silu", "mistral": "silu", "qwen": "silu", "phi3": "silu", "mixtral": "silu",
+                     "gemma2": "gelu_tanh"}
 
 
 def layer_products(max_products: int | None = None) -> list[tuple[shapes.Shape, str, str | None]]:
     """(shape, layer, activation) of every distinct epilogue-carrying forward product (a product
-    several families share, with the same epilogue, once)."""
+    several families share, with the same epilogue, once), the gated projections last."""
     found, seen = [], set()
-    for shape in shapes.load_set("models"):
+    rows = shapes.load_set("models")
+    for shape in rows:
         parts = shape.name.split(".")
         family = next((f for f in FAMILY_ACTIVATIONS if shape.family.startswith(f)), None)
         if family is None or shape.regime not in REGIMES or parts[2] != "fwd" or parts[1] not in ("up", "qkv", "o"):
@@ -59,10 +67,20 @@ def layer_products(max_products: int | None = None) -> list[tuple[shapes.Shape, 
             continue
         seen.add(key)
         found.append((shape, parts[1], activation))
+    for shape in rows:
+        family = next((f for f in GATED_ACTIVATIONS if shape.family.startswith(f)), None)
+        if family is None or shape.name.split(".")[1:3] != ["gate_up", "fwd"]:
+            continue
+        key = (shape.key(), "gate_up", GATED_ACTIVATIONS[family])
+        if key not in seen:
+            seen.add(key)
+            found.append((shape, "gate_up", GATED_ACTIVATIONS[family]))
     return found[:max_products]
 
 
 def contenders(shape: shapes.Shape, layer: str, activation: str | None) -> dict:
+    if layer == "gate_up":
+        return gated_contenders(activation)
     bias = jax.random.normal(jax.random.key(7), (shape.n,), jnp.dtype(shape.dtype))
     residual = layer == "o"
 
@@ -85,6 +103,34 @@ def contenders(shape: shapes.Shape, layer: str, activation: str | None) -> dict:
     return dict(xla=xla, jtblas=fused, unfused=unfused)
 
 
+def gated_contenders(activation: str) -> dict:
+    """act(x·W[:, :F]) · (x·W[:, F:]), no bias (as in these families)."""
+
+    def glu(y):
+        gate, up = jnp.split(y, 2, axis=-1)
+        return JNP_ACTIVATIONS[activation](gate) * up
+
+    def xla(a, b):
+        y = jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return glu(y).astype(a.dtype)
+
+    def fused(a, b):
+        return jtblas.matmul(a, b, activation=activation, gated=True)
+
+    def unfused(a, b):
+        return glu(jtblas.matmul(a, b).astype(jnp.float32)).astype(a.dtype)
+
+    return dict(xla=xla, jtblas=fused, unfused=unfused)
+
+
+def fused_problem(shape: shapes.Shape, layer: str, activation: str | None):
+    """The problem the fused contender runs: the product with its epilogue."""
+    if layer == "gate_up":
+        return dataclasses.replace(shape.problem(), activation=activation, gated=True)
+    return dataclasses.replace(shape.problem(), bias_dtype=shape.dtype, activation=activation or "",
+                               residual_dtype=shape.dtype if layer == "o" else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="fused_layer.json")
@@ -100,10 +146,9 @@ def main() -> None:
             print(f"time budget spent: {len(records)} products timed")
             break
         # The plan recorded is the fused launch's: the product with its epilogue.
-        fused_problem = dataclasses.replace(shape.problem(), bias_dtype=shape.dtype, activation=activation or "",
-                                            residual_dtype=shape.dtype if layer == "o" else "")
         record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, trials=args.trials,
-                                          dots=contenders(shape, layer, activation), problem=fused_problem)
+                                          dots=contenders(shape, layer, activation),
+                                          problem=fused_problem(shape, layer, activation))
         record.update(layer=layer, activation=activation)
         records.append(record)
         seconds = {name: c.get("seconds") for name, c in record["contenders"].items()}

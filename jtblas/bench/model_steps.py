@@ -3,7 +3,9 @@
 Three models (GPT-2 small, a ViT-B/16-sized encoder, a two-layer Llama-style decoder with 7B
 dimensions) are built twice from one definition: every projection is `flax.linen.Dense` in one
 variant and `jtblas.nn.Dense` in the other (the MLP's GELU passed as the layer's `activation`,
-so it runs in the product's epilogue, where Flax's variant applies `jax.nn.gelu` after the layer);
+so it runs in the product's epilogue, where Flax's variant applies `jax.nn.gelu` after the layer;
+the Llama-style SwiGLU's gate-and-up projection is `jtblas.nn.GatedDense`, one launch that writes
+silu(gate) · up, where Flax's variant splits a Dense of twice the width);
 attention (`jnp.einsum`, `jax.nn.softmax`), norms and embeddings are the same code in both. The
 variants share one parameter tree (initialised once), one batch and one optimiser set-up, and run
 in one process on JAX's default device.
@@ -246,9 +248,13 @@ class Block(linen.Module):
         x = x + y
         y = norm(name="norm2")(x)
         if llama:
-            # Gate and up projections as one Dense of width 2·mlp (as fused by serving stacks).
-            gate, up = jnp.split(proj(2 * s.mlp, name="gate_up")(y), 2, axis=-1)
-            y = jax.nn.silu(gate) * up
+            # Gate and up projections as one Dense of width 2·mlp (as fused by serving stacks);
+            # jtblas's variant runs it as `jtblas.nn.GatedDense`, which has the same parameters.
+            if _takes_activation(proj):
+                y = jtblas.nn.GatedDense(s.mlp, activation="silu", name="gate_up", **types)(y)
+            else:
+                gate, up = jnp.split(proj(2 * s.mlp, name="gate_up")(y), 2, axis=-1)
+                y = jax.nn.silu(gate) * up
         else:
             y = _activated(proj, s.mlp, "gelu_tanh" if s.kind == "gpt2" else "gelu", name="up")(y)
         return x + proj(s.width, name="down")(y), cache

@@ -67,10 +67,10 @@ def test_variants_share_one_parameter_tree(name):
     flax_closed = jax.make_jaxpr(lambda p: flax_model.apply({"params": p}, inputs))(shapes)
     flax_jaxpr = str(flax_closed)
     assert INTERPRETED_CALL not in flax_jaxpr and flax_jaxpr.count("dot_general") == len(kernels) + 2 * spec.layers
-    if spec.kind != "llama":
-        # The MLP's GELU runs in the jtblas layer's epilogue (its `activation`), after Flax's layer.
-        gelu = "tanh" if spec.kind == "gpt2" else "erfc"  # erfc: jax.nn.gelu(approximate=False)
-        assert count_equations(flax_closed, gelu) == spec.layers and count_equations(jaxpr, gelu) == 0
+    # The MLP's activation runs in the jtblas layer's epilogue (`activation`; Llama's SwiGLU in
+    # `jtblas.nn.GatedDense`), after Flax's layer. erfc: jax.nn.gelu(approximate=False); logistic: silu.
+    activation = {"gpt2": "tanh", "encoder": "erfc", "llama": "logistic"}[spec.kind]
+    assert count_equations(flax_closed, activation) == spec.layers and count_equations(jaxpr, activation) == 0
 
 
 # GPT-2's blocks are the encoder's (LayerNorm, fused qkv with bias, GELU); its jtblas training loss
