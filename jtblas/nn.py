@@ -1,5 +1,5 @@
 """Flax layers whose products run on jtblas: `Dense` (flax.linen) and `Linear` (flax.nnx), and
-`GatedDense`, a gated linear unit (SwiGLU's gate and up projections) in one launch.
+`GatedDense` / `GatedLinear`, a gated linear unit (SwiGLU's gate and up projections) in one launch.
 
 Each subclasses Flax's own layer, with `jtblas.dot_general` as the default `dot_general` and one
 more attribute, `activation` (default None), so class names, arguments, defaults, parameter names
@@ -35,7 +35,7 @@ from jtblas.epilogue import ACTIVATION_FUNCTIONS
 from jtblas.operands import compute_dtype, is_static_dim
 from jtblas.ops import matmul
 
-__all__ = ["Dense", "GatedDense", "Linear"]
+__all__ = ["Dense", "GatedDense", "GatedLinear", "Linear"]
 
 
 def _check_activation(activation: Any) -> None:
@@ -315,3 +315,87 @@ class Linear(nnx.Linear):
             if y is not None:
                 return y
         return _unfused_activation(super().__call__(inputs, out_sharding=out_sharding), self.activation)
+
+
+class GatedLinear(nnx.Linear):
+    """``GatedDense`` for flax.nnx: ``activation(x · kernel[:, :F] + bias[:F]) * (x · kernel[:, F:]
+    + bias[F:])`` with F = ``features``, in one jtblas launch (``jtblas.matmul(..., gated=True)``).
+
+    A ``flax.nnx.Linear(in_features, 2 * features)`` (same state: ``kernel`` [in_features,
+    2 * features], the gate's columns then the up projection's, and with ``use_bias`` a ``bias``
+    [2 * features]) whose call pairs the two halves; inputs the kernel does not take, a custom
+    ``dot_general`` or ``promote_dtype``, or an ``out_sharding`` run Flax's Linear and then split.
+
+    Example usage::
+
+      >>> from flax import nnx
+      >>> import jax.numpy as jnp
+      >>> import jtblas
+      >>> layer = jtblas.nn.GatedLinear(3, 4, rngs=nnx.Rngs(0))
+      >>> layer.kernel.shape, layer(jnp.ones((2, 3))).shape
+      ((3, 8), (2, 4))
+
+    Attributes:
+      in_features, features: the input and output widths (the kernel has 2 * features columns).
+      activation: None or one of ``jtblas.ACTIVATIONS``, applied to the gate (default: "silu").
+      use_bias: whether to add a bias to both projections (default: False).
+      The other arguments are ``flax.nnx.Linear``'s.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        features: int,
+        *,
+        activation: str | None = "silu",
+        use_bias: bool = False,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        precision: PrecisionLike = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        dot_general: DotGeneralT = dot_general,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
+        rngs: nnx.Rngs,
+        kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
+        bias_metadata: Mapping[str, Any] = MappingProxyType({}),
+    ):
+        _check_activation(activation)
+        super().__init__(
+            in_features,
+            2 * features,
+            use_bias=use_bias,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            precision=precision,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            dot_general=dot_general,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=kernel_metadata,
+            bias_metadata=bias_metadata,
+        )
+        self.features = features
+        self.activation = activation
+
+    def __call__(self, inputs: Any, out_sharding: Any = None) -> Any:
+        """Applies the gated linear unit along the last dimension.
+
+        Args:
+          inputs: The nd-array to be transformed.
+          out_sharding: an output sharding of the [.., 2 * features] projection, passed to
+            ``dot_general`` (Flax's computation).
+
+        Returns:
+          The transformed input, ``features`` wide.
+        """
+        if (out_sharding is None and self.dot_general is dot_general
+                and self.promote_dtype is dtypes.promote_dtype):
+            bias = self.bias[...] if self.bias is not None else None
+            y = _fused(inputs, self.kernel[...], bias, dtype=self.dtype, precision=self.precision,
+                       activation=self.activation, gated=True)
+            if y is not None:
+                return y
+        gate, up = jnp.split(super().__call__(inputs, out_sharding=out_sharding), 2, axis=-1)
+        return _unfused_activation(gate, self.activation) * up

@@ -272,3 +272,31 @@ def test_gated_dense_is_dense_of_twice_the_width_then_split(rng):
         assert kernel_calls(layer.apply, params, x64) == 0
     with pytest.raises(ValueError, match="activation must be None or one of"):
         jtblas.nn.GatedDense(features=4, activation="swish").init(jax.random.key(0), x)
+
+
+def test_gated_linear_is_nnx_linear_of_twice_the_width_then_split(rng):
+    """`jtblas.nn.GatedLinear`: the state of `flax.nnx.Linear(in, 2F)`, its output split and
+    gated, in one launch; gradients; a custom dot_general runs Flax's Linear, then the gate."""
+    from flax import nnx
+
+    x = jnp.asarray(rng.standard_normal((6, 12)), jnp.float32)
+    layer = jtblas.nn.GatedLinear(12, 5, use_bias=True, precision="highest", rngs=nnx.Rngs(0))
+    linear = nnx.Linear(12, 10, use_bias=True, precision="highest", rngs=nnx.Rngs(0))
+    assert jax.tree.structure(nnx.state(layer)) == jax.tree.structure(nnx.state(linear))
+    nnx.update(linear, jax.tree.map(lambda v: v + 0.5, nnx.state(linear)))  # a bias that is not zero
+    nnx.update(layer, nnx.state(linear))
+
+    def reference(model, v):
+        gate, up = jnp.split(model(v), 2, axis=-1)
+        return jax.nn.silu(gate) * up
+
+    out = layer(x)
+    assert out.shape == (6, 5)
+    assert relative_error(out, np.asarray(reference(linear, x), np.float64)) < 1e-5
+    assert kernel_calls(lambda v: layer(v), x) == 1
+    grads = nnx.grad(lambda model, v: jnp.sum(model(v) ** 2))(layer, x)
+    want = nnx.grad(lambda model, v: jnp.sum(reference(model, v) ** 2))(linear, x)
+    for g, v in zip(jax.tree.leaves(grads), jax.tree.leaves(want)):
+        assert relative_error(g, np.asarray(v, np.float64)) < 1e-5
+    custom = jtblas.nn.GatedLinear(12, 5, dot_general=jax.lax.dot_general, precision="highest", rngs=nnx.Rngs(0))
+    assert kernel_calls(lambda v: custom(v), x) == 0 and custom(x).shape == (6, 5)
