@@ -381,7 +381,7 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
         if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
             b = jnp.swapaxes(b, 1, 2)
     else:  # checked here, per launched problem: batching may have folded more rows into M
-        if static.repack == "always":
+        if static.repack == "always" and not problem.gated:  # a padded B would move the gated pairs
             problem = repack.padded_problem(problem, pad_a=True, pad_b=True,
                                             pad_k=problem.k % repack.PAD_MULTIPLE != 0)
         check_config(config, problem, hw)

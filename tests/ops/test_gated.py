@@ -300,3 +300,16 @@ def test_gated_linear_is_nnx_linear_of_twice_the_width_then_split(rng):
         assert relative_error(g, np.asarray(v, np.float64)) < 1e-5
     custom = jtblas.nn.GatedLinear(12, 5, dot_general=jax.lax.dot_general, precision="highest", rngs=nnx.Rngs(0))
     assert kernel_calls(lambda v: custom(v), x) == 0 and custom(x).shape == (6, 5)
+
+
+def test_forced_repacking_leaves_a_gated_product_unpadded(rng):
+    """The tests' `repack_mode("always")` pads other products' operands; a padded B would move a
+    gated product's pairs (N/2 apart), so it runs unpadded, forced config or not."""
+    from jtblas.ops import repack_mode
+
+    a, b = operands(rng, 5, 5, 7, "float32")
+    reference = float64_reference(a, b, activation="silu")
+    with repack_mode("always"):
+        for config in (TILES[0], None):
+            out = jtblas.matmul(a, b, activation="silu", gated=True, config=config, precision="highest")
+            assert relative_error(out, reference) < 2e-5, config
