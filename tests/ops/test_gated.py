@@ -313,3 +313,16 @@ def test_forced_repacking_leaves_a_gated_product_unpadded(rng):
         for config in (TILES[0], None):
             out = jtblas.matmul(a, b, activation="silu", gated=True, config=config, precision="highest")
             assert relative_error(out, reference) < 2e-5, config
+
+
+def test_explain_cli_takes_gated(capsys):
+    """`jtblas explain --gated` plans the gated product; an odd N is one line on stderr, exit 2."""
+    from jtblas import cli
+
+    assert cli.main(["explain", "16", "28672", "4096", "--gpu", "h200", "--top", "1", "--activation", "silu",
+                     "--gated"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("16x28672x4096 bfloat16 NN gated silu on h200") and "not repacked" in out
+    assert cli.main(["explain", "16", "28671", "4096", "--gpu", "h200", "--gated"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gated needs an even N" in err and "28671" in err
