@@ -69,6 +69,17 @@ def _fused(inputs: Any, kernel: Any, bias: Any, *, dtype: Any, precision: Any, a
     return y.reshape(*inputs.shape[:-1], y.shape[-1])
 
 
+def _flax_dense(inputs: Any, kernel: Any, bias: Any, *, product: Any, precision: Any, dtype: Any,
+                promote: PromoteDtypeFn = promote_dtype) -> Any:
+    """Flax's Dense computation (`flax.linen.Dense.__call__`): the three promoted to `dtype`, the
+    last axis contracted by `product` (None: `jax.lax.dot_general`), the bias added."""
+    inputs, kernel, bias = promote(inputs, kernel, bias, dtype=dtype)
+    y = (product or jax.lax.dot_general)(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=precision)
+    if bias is not None:
+        y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+    return y
+
+
 def _unfused_activation(y: Any, activation: str | None) -> Any:
     return y if activation is None else ACTIVATION_FUNCTIONS[activation](y)
 
@@ -132,15 +143,9 @@ class Dense(linen.Dense):
             y = _fused(inputs, kernel, bias, dtype=self.dtype, precision=self.precision, activation=self.activation)
             if y is not None:
                 return y
-        # Flax's computation (`flax.linen.Dense.__call__`), then the activation.
-        inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        if self.dot_general_cls is not None:
-            product = self.dot_general_cls()
-        else:
-            product = self.dot_general or jax.lax.dot_general
-        y = product(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=self.precision)
-        if bias is not None:
-            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        product = self.dot_general_cls() if self.dot_general_cls is not None else self.dot_general
+        y = _flax_dense(inputs, kernel, bias, product=product, precision=self.precision, dtype=self.dtype,
+                        promote=self.promote_dtype)
         return _unfused_activation(y, self.activation)
 
 
@@ -210,11 +215,7 @@ class GatedDense(linen.Module):
                        gated=True)
             if y is not None:
                 return y
-        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        product = self.dot_general or jax.lax.dot_general
-        y = product(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=self.precision)
-        if bias is not None:
-            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        y = _flax_dense(inputs, kernel, bias, product=self.dot_general, precision=self.precision, dtype=self.dtype)
         gate, up = jnp.split(y, 2, axis=-1)
         return _unfused_activation(gate, self.activation) * up
 
@@ -306,25 +307,31 @@ class Linear(nnx.Linear):
         Returns:
           The transformed input.
         """
-        if (out_sharding is None and self.dot_general is dot_general
-                and self.promote_dtype is dtypes.promote_dtype):
-            kernel = self.kernel[...]
-            bias = self.bias[...] if self.bias is not None else None
-            y = _fused(inputs, kernel, bias, dtype=self.dtype, precision=self.precision, activation=self.activation,
-                       preferred_element_type=self.preferred_element_type)
-            if y is not None:
-                return y
+        y = self._fused_call(inputs, out_sharding)
+        if y is not None:
+            return y
         return _unfused_activation(super().__call__(inputs, out_sharding=out_sharding), self.activation)
 
+    def _fused_call(self, inputs: Any, out_sharding: Any, gated: bool = False) -> Any:
+        """The layer as one fused `jtblas.matmul` (`_fused`), or None where Flax's computation runs
+        (an output sharding, a custom `dot_general` or `promote_dtype`, inputs the kernel does not take)."""
+        if (out_sharding is not None or self.dot_general is not dot_general
+                or self.promote_dtype is not dtypes.promote_dtype):
+            return None
+        bias = self.bias[...] if self.bias is not None else None
+        return _fused(inputs, self.kernel[...], bias, dtype=self.dtype, precision=self.precision,
+                      activation=self.activation, preferred_element_type=self.preferred_element_type, gated=gated)
 
-class GatedLinear(nnx.Linear):
+
+class GatedLinear(Linear):
     """``GatedDense`` for flax.nnx: ``activation(x · kernel[:, :F] + bias[:F]) * (x · kernel[:, F:]
     + bias[F:])`` with F = ``features``, in one jtblas launch (``jtblas.matmul(..., gated=True)``).
 
-    A ``flax.nnx.Linear(in_features, 2 * features)`` (same state: ``kernel`` [in_features,
-    2 * features], the gate's columns then the up projection's, and with ``use_bias`` a ``bias``
-    [2 * features]) whose call pairs the two halves; inputs the kernel does not take, a custom
-    ``dot_general`` or ``promote_dtype``, or an ``out_sharding`` run Flax's Linear and then split.
+    A ``jtblas.nn.Linear(in_features, 2 * features)`` (the state of ``flax.nnx.Linear(in_features,
+    2 * features)``: ``kernel`` [in_features, 2 * features], the gate's columns then the up
+    projection's, and with ``use_bias`` a ``bias`` [2 * features]) whose call pairs the two halves;
+    inputs the kernel does not take, a custom ``dot_general`` or ``promote_dtype``, or an
+    ``out_sharding`` run Flax's Linear and then split.
 
     Example usage::
 
@@ -339,45 +346,13 @@ class GatedLinear(nnx.Linear):
       in_features, features: the input and output widths (the kernel has 2 * features columns).
       activation: None or one of ``jtblas.ACTIVATIONS``, applied to the gate (default: "silu").
       use_bias: whether to add a bias to both projections (default: False).
-      The other arguments are ``flax.nnx.Linear``'s.
+      The other keyword arguments are ``flax.nnx.Linear``'s (``rngs`` required).
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        features: int,
-        *,
-        activation: str | None = "silu",
-        use_bias: bool = False,
-        dtype: Dtype | None = None,
-        param_dtype: Dtype = jnp.float32,
-        precision: PrecisionLike = None,
-        kernel_init: Initializer = default_kernel_init,
-        bias_init: Initializer = default_bias_init,
-        dot_general: DotGeneralT = dot_general,
-        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
-        rngs: nnx.Rngs,
-        kernel_metadata: Mapping[str, Any] = MappingProxyType({}),
-        bias_metadata: Mapping[str, Any] = MappingProxyType({}),
-    ):
-        _check_activation(activation)
-        super().__init__(
-            in_features,
-            2 * features,
-            use_bias=use_bias,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            precision=precision,
-            kernel_init=kernel_init,
-            bias_init=bias_init,
-            dot_general=dot_general,
-            promote_dtype=promote_dtype,
-            rngs=rngs,
-            kernel_metadata=kernel_metadata,
-            bias_metadata=bias_metadata,
-        )
+    def __init__(self, in_features: int, features: int, *, activation: str | None = "silu", use_bias: bool = False,
+                 **linear_arguments: Any):
+        super().__init__(in_features, 2 * features, use_bias=use_bias, activation=activation, **linear_arguments)
         self.features = features
-        self.activation = activation
 
     def __call__(self, inputs: Any, out_sharding: Any = None) -> Any:
         """Applies the gated linear unit along the last dimension.
@@ -390,12 +365,8 @@ class GatedLinear(nnx.Linear):
         Returns:
           The transformed input, ``features`` wide.
         """
-        if (out_sharding is None and self.dot_general is dot_general
-                and self.promote_dtype is dtypes.promote_dtype):
-            bias = self.bias[...] if self.bias is not None else None
-            y = _fused(inputs, self.kernel[...], bias, dtype=self.dtype, precision=self.precision,
-                       activation=self.activation, gated=True)
-            if y is not None:
-                return y
-        gate, up = jnp.split(super().__call__(inputs, out_sharding=out_sharding), 2, axis=-1)
+        y = self._fused_call(inputs, out_sharding, gated=True)
+        if y is not None:
+            return y
+        gate, up = jnp.split(nnx.Linear.__call__(self, inputs, out_sharding=out_sharding), 2, axis=-1)
         return _unfused_activation(gate, self.activation) * up

@@ -91,7 +91,7 @@ def partitioned_launch(local: Callable[..., jax.Array], a: jax.Array, b: jax.Arr
                      has_bias=bias is not None, broadcast_bias=bias is not None and bias.shape[0] < batch,
                      has_residual=residual is not None,
                      broadcast_residual=residual is not None and residual.shape[0] < batch,
-                     gated=bool(getattr(static, "gated", False)))
+                     gated=static.gated)
     extras = [x for x in (bias, residual) if x is not None]
     return _partitioned(local, layout)(a, b, *extras, static)
 

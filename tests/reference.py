@@ -1,5 +1,6 @@
 """Float64 references and per-dtype tolerances for GEMM tests."""
 
+import itertools
 import math
 
 import jax
@@ -19,6 +20,15 @@ TOLERANCE = {
 FP32_OUTPUT_TOLERANCE = {"bfloat16": 2e-5, "float16": 2e-5}
 
 DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+# Operand layouts (transpose_a, transpose_b) and their BLAS names.
+LAYOUTS = list(itertools.product([False, True], repeat=2))
+LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
+
+
+def stored(rng, shape, dtype: str) -> jax.Array:
+    """Fresh standard-normal values of `shape`, stored in `dtype` (a `DTYPES` name)."""
+    return jnp.asarray(rng.standard_normal(shape), DTYPES[dtype])
+
 
 # `jtblas.ACTIVATIONS` (and None) in float64, for references: jax.nn's forms.
 _erf = np.vectorize(math.erf)

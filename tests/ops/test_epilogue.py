@@ -4,7 +4,6 @@ kernel (plain and swapped tiles) and in the split-K / K-phase reduction; gradien
 `jax.grad` of the unfused jnp reference; vmap; bad arguments; the model's terms; the CUDA lowering.
 """
 
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -18,16 +17,15 @@ from jtblas import hardware, launch_specs, model
 from jtblas.config import Config, Problem
 from jtblas.model import candidates, cost, resources
 from tests.reference import (
-    DTYPES,
     FLOAT64_ACTIVATIONS,
+    LAYOUTS,
     kernel_calls,
     lower_for_cuda,
     relative_error,
+    stored,
     tolerance,
 )
 
-LAYOUTS = list(itertools.product([False, True], repeat=2))
-LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
 H200 = hardware.BUILTIN["h200"]
 ACTIVATIONS = [None, *jtblas.ACTIVATIONS]
 # The forms of the epilogue: the GEMM kernel's (a plain and a swapped tile), split-K's and
@@ -38,10 +36,6 @@ CONFIGS = {
     "split_k": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, split_k=2),
     "k_phases": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, k_phases=2),
 }
-
-
-def stored(rng, shape, dtype):
-    return jnp.asarray(rng.standard_normal(shape), DTYPES[dtype])
 
 
 def operands(rng, m, n, k, dtype, transpose_a, transpose_b):

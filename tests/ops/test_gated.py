@@ -5,7 +5,6 @@ against `jax.grad` of the unfused jnp reference; vmap; sharded jit; bad argument
 search space; the CUDA lowering; `jtblas.nn.GatedDense`.
 """
 
-import itertools
 
 import flax.linen
 import jax
@@ -20,24 +19,20 @@ from jtblas import hardware, model
 from jtblas.config import Config, Problem
 from jtblas.epilogue import epilogue_reference
 from tests.reference import (
-    DTYPES,
     FLOAT64_ACTIVATIONS,
+    LAYOUT_IDS,
+    LAYOUTS,
     kernel_calls,
     lower_for_cuda,
     relative_error,
+    stored,
     tolerance,
 )
 
-LAYOUTS = list(itertools.product([False, True], repeat=2))
-LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
 H200 = hardware.BUILTIN["h200"]
 # Forced tiles: a wide one whose halves (16 columns) leave a tail at F = 40, and a narrow one.
 TILES = [Config(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2),
          Config(block_m=32, block_n=16, block_k=32, group_m=2, num_warps=4, num_stages=2)]
-
-
-def stored(rng, shape, dtype):
-    return jnp.asarray(rng.standard_normal(shape), DTYPES[dtype])
 
 
 def operands(rng, m, features, k, dtype, transpose_a=False, transpose_b=False):
