@@ -1,6 +1,6 @@
 """The fused layer against XLA's fused dot + bias + activation (+ residual), through JAX.
 
-    python benchmarks/fused_layer.py [--out FILE] [--max-products N]
+    python benchmarks/fused_layer.py [--out FILE] [--max-products N] [--layers gate_up ...]
 
 The forward products of the corpus's layers that carry an epilogue (`jtblas/bench/shapes/models.csv`,
 regimes prefill, train and inference): the MLP's up projection, y = act(x·W + b) with each
@@ -44,6 +44,7 @@ JNP_ACTIVATIONS = {
     "silu": jax.nn.silu,
 }
 REGIMES = ("prefill", "train", "inference")
+LAYERS = ("up", "qkv", "o", "gate_up")
 # The gated families' gate activation (their config.json's hidden_act).
 GATED_ACTIVATIONS = {"llama3": "silu", "mistral": "silu", "qwen": "silu", "phi3": "silu", "mixtral": "silu",
                      "gemma2": "gelu_tanh"}
@@ -137,11 +138,13 @@ def main() -> None:
     parser.add_argument("--max-products", type=int, default=None)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--time-budget", type=float, default=None, help="seconds: start no product after this")
+    parser.add_argument("--layers", nargs="*", choices=LAYERS, default=LAYERS, help="time only these layers")
     args = parser.parse_args()
     hw = hardware.detect()
     records = []
     start = time.perf_counter()
-    for shape, layer, activation in layer_products(args.max_products):
+    products = [p for p in layer_products() if p[1] in args.layers][:args.max_products]
+    for shape, layer, activation in products:
         if args.time_budget is not None and time.perf_counter() - start > args.time_budget:
             print(f"time budget spent: {len(records)} products timed")
             break
