@@ -7,6 +7,7 @@ jax-triton 0.3.1, three of its internals are wrapped at that first import, never
 
 - jaxlib's kernel library (`_ScratchAwareKernelLibrary`): a kernel registered as needing global
   scratch gets its size, and a kernel whose scratch is its last output that output's alignment;
+  every kernel is launched with the block its PTX requires (`launched_warps`);
 - its kernel compiler (`_jtblas_kernels`): such a kernel is compiled without that output;
 - its `jax.ffi` (`_JaxForJaxTriton`): calls to jaxlib's typed-FFI target get that target's calling
   convention (`_call_target` chooses the target).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -145,7 +147,9 @@ class _ScratchAwareKernelLibrary:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._library, name)
 
-    def TritonKernel(self, kernel_name: str, *args: Any) -> Any:  # noqa: N802 (jaxlib's name)
+    def TritonKernel(self, kernel_name: str, num_warps: int, num_ctas: int, shared_mem_bytes: int, ptx: str,  # noqa: N802
+                     *args: Any) -> Any:
+        args = (launched_warps(ptx, num_warps), num_ctas, shared_mem_bytes, ptx, *args)
         scratch = _GLOBAL_SCRATCH.get(kernel_name)
         if scratch is None:
             return self._library.TritonKernel(kernel_name, *args)
@@ -160,6 +164,19 @@ class _ScratchAwareKernelLibrary:
         if align is not None:
             parameters = [*parameters[:-1], self._library.create_array_parameter(0, align)]
         return self._library.TritonKernelCall(kernel, grid_0, grid_1, grid_2, parameters)
+
+
+def launched_warps(ptx: str, num_warps: int) -> int:
+    """Warps per block a compiled kernel must be launched with: its PTX's `.reqntid` over 32, else
+    `num_warps`. A warp-specialized loop (`tl.range(..., warp_specialize=True)`) adds its
+    partitions' warps to the num_warps it was compiled with (sm_90, Triton 3.6 and 3.9: 4 warps
+    compile to `.reqntid 384`), and a launch with fewer threads fails (CUDA_ERROR_INVALID_VALUE, H200,
+    2026-12-01); jax-triton 0.3.1 launches the num_warps it compiled with."""
+    found = _REQNTID.search(ptx) if isinstance(ptx, str) else None
+    return int(found.group(1)) // 32 if found else num_warps
+
+
+_REQNTID = re.compile(r"\.reqntid\s+(\d+)")
 
 
 # jaxlib's typed-FFI entry for Triton kernel calls: the same kernel call (a zlib-compressed proto

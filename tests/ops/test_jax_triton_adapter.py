@@ -7,10 +7,14 @@ import sys
 
 import jax.numpy as jnp
 import pytest
+import triton
+import triton.language as tl
 
-from jtblas import jax_triton_adapter
+from jtblas import hardware, jax_triton_adapter, launch_specs
+from jtblas.config import Config, Problem
+from jtblas.kernels.matmul import matmul_kernel
 from jtblas.kernels.matmul_tma import matmul_tma_kernel
-from tests.reference import require_jax_triton, use_jax_triton_031
+from tests.reference import compile_for_sm90, require_jax_triton, use_jax_triton_031
 
 
 def test_importing_jax_triton_leaves_tritons_cache_alone(monkeypatch):
@@ -56,6 +60,47 @@ def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch)
     assert calls[0] == (("matmul_kernel", 8, 1, 0, "ptx", "ttir", 90), {})
     assert calls[1] == (("matmul_tma_kernel", 8, 1, 0, "ptx", "ttir", 90),
                         dict(global_scratch_size=384, global_scratch_align=128))
+
+
+def test_kernels_launch_with_the_block_their_ptx_requires(monkeypatch):
+    """A warp-specialized loop compiled for sm_90 with 4 warps requires 12 (its partitions' warps
+    added): jaxlib's kernel gets the PTX's `.reqntid` / 32, not the num_warps compiled with."""
+    calls = []
+
+    class FakeLibrary:
+        def TritonKernel(self, *args, **kwargs):  # noqa: N802
+            calls.append(args)
+
+    ws_ptx = compile_for_sm90(_warp_specialized_product, dict(BLOCK=64), num_warps=4, num_stages=3).asm["ptx"]
+    plain_ptx = compile_for_sm90(matmul_kernel, _plain_metaparams(), num_warps=8, num_stages=3).asm["ptx"]
+    assert jax_triton_adapter.launched_warps(ws_ptx, 4) > 4
+    assert jax_triton_adapter.launched_warps(plain_ptx, 8) == 8
+    assert jax_triton_adapter.launched_warps("no block size", 2) == 2
+    use_jax_triton_031(monkeypatch)
+    monkeypatch.setattr(jax_triton_adapter, "_GLOBAL_SCRATCH", {})
+    wrapped = jax_triton_adapter._ScratchAwareKernelLibrary(FakeLibrary())
+    wrapped.TritonKernel("copy", 4, 1, 0, ws_ptx, "ttir", 90)
+    assert calls[0][1] == jax_triton_adapter.launched_warps(ws_ptx, 4)
+    assert calls[0][4] == ws_ptx
+
+
+@triton.jit
+def _warp_specialized_product(a_ptr, b_ptr, c_ptr, n, k, BLOCK: tl.constexpr):
+    """C [n, BLOCK] = A [n, k] · B [k, BLOCK], BLOCK rows per tile, the tile loop warp-specialized
+    (as Triton's persistent-matmul tutorial: descriptor loads feeding a dot in a K loop)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[n, k], strides=[k, 1], block_shape=[BLOCK, BLOCK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[k, BLOCK], strides=[BLOCK, 1], block_shape=[BLOCK, BLOCK])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[n, BLOCK], strides=[BLOCK, 1], block_shape=[BLOCK, BLOCK])
+    for row in tl.range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK, warp_specialize=True):
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for kb in range(tl.cdiv(k, BLOCK)):
+            acc = tl.dot(a_desc.load([row, kb * BLOCK]), b_desc.load([kb * BLOCK, 0]), acc)
+        c_desc.store([row, 0], acc.to(c_desc.dtype))
+
+
+def _plain_metaparams() -> dict:
+    return launch_specs.launch_spec(Problem(m=256, n=256, k=256), Config.from_short("128x128x64 w8 s3 g8"),
+                                    hw=hardware.H200).metaparams
 
 
 def test_scratch_output_is_compiled_without_and_aligned_as_the_scratch(monkeypatch):
