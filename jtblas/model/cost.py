@@ -322,7 +322,7 @@ def line_efficiency(problem: Problem, config: Config, operand: str,
     than a 128-byte line wastes the rest (e.g. block_n 32 of a row-major bf16 B: 64-byte runs; a
     gated tile's block_n 64: two 32-column runs, the gate's and the up projection's). On the H100
     (2026-12-06), 1x57344x8192 gated bf16 with 16x64x64 tiles took 421 µs, the plain product with
-    the same tiles 321 µs (XLA 311)).
+    the same tiles 321 µs (XLA 311).
     The ranking's own equation (`_line_efficiency_arrays`) on this one config."""
     one = candidates.Candidates.of([config])
     return float(_line_efficiency_arrays(one, problem, operand, constants)[0])
