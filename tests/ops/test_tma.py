@@ -43,7 +43,8 @@ def _skip_cuda_where_the_stack_has_no_tma_kernel(request):
     (`test_a_forced_tma_config_is_refused_where_the_stack_has_none`)."""
     callspec = getattr(request.node, "callspec", None)
     if callspec and callspec.params.get("backend") == "cuda" and not launch.global_scratch_supported("cuda"):
-        pytest.skip("this jax-triton/jaxlib gives the TMA kernel no global scratch (jax-triton 0.3.1 with jaxlib >= 0.11 does)")
+        pytest.skip("this jax-triton and jaxlib give the TMA kernel no global scratch "
+                    "(jax-triton 0.3.1 with jaxlib >= 0.11 does)")
 
 
 @pytest.mark.gpu
