@@ -70,6 +70,17 @@ def relative_error(result: jax.Array, reference: np.ndarray) -> float:
     return float(np.linalg.norm(result - reference) / (scale if scale > 0 else 1.0))
 
 
+def assert_value_and_grads_match(loss, reference, sharded_args, args) -> None:
+    """jit(value_and_grad(loss)) on `sharded_args` equals value_and_grad(reference) on `args` (the
+    same values, unsharded): the value to 1e-5, every argument's gradient to 1e-4 by relative norm."""
+    argnums = tuple(range(len(args)))
+    got = jax.jit(jax.value_and_grad(loss, argnums=argnums))(*sharded_args)
+    want = jax.value_and_grad(reference, argnums=argnums)(*args)
+    assert math.isclose(float(got[0]), float(want[0]), rel_tol=1e-5), (float(got[0]), float(want[0]))
+    for g, v in zip(got[1], want[1], strict=True):
+        assert relative_error(g, np.asarray(v, np.float64)) < 1e-4
+
+
 def stored_shapes(m: int, n: int, k: int, layout: str, dtype) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
     """Abstract A and B as stored for `layout` ("NN", "NT", "TN", "TT"): nothing is allocated."""
     a = (k, m) if layout[0] == "T" else (m, k)

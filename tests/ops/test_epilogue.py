@@ -19,6 +19,7 @@ from jtblas.model import candidates, cost, resources
 from tests.reference import (
     FLOAT64_ACTIVATIONS,
     LAYOUTS,
+    assert_value_and_grads_match,
     kernel_calls,
     lower_for_cuda,
     relative_error,
@@ -307,11 +308,7 @@ def test_sharded_jit_applies_the_epilogue_once(specs, rng):
     def reference(x, w, bias, residual):
         return jnp.sum(unfused_reference(x, w, bias, residual, "silu") ** 2)
 
-    got = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(*args)
-    want = jax.value_and_grad(reference, argnums=(0, 1, 2, 3))(x, w, bias, residual)
-    assert float(got[0]) == pytest.approx(float(want[0]), rel=1e-5)
-    for g, v in zip(got[1], want[1]):
-        assert relative_error(g, np.asarray(v, np.float64)) < 1e-4
+    assert_value_and_grads_match(loss, reference, args, (x, w, bias, residual))
 
 
 @pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 CPU devices (tests/conftest.py forces them)")

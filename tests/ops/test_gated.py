@@ -23,6 +23,7 @@ from tests.reference import (
     FLOAT64_ACTIVATIONS,
     LAYOUT_IDS,
     LAYOUTS,
+    assert_value_and_grads_match,
     kernel_calls,
     lower_for_cuda,
     relative_error,
@@ -234,11 +235,7 @@ def test_sharded_jit_never_splits_the_pairs(specs, rng):
     def reference(x, w, bias, residual):
         return jnp.sum(unfused_reference(x, w, bias, residual, "silu") ** 2)
 
-    got = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(*args)
-    want = jax.value_and_grad(reference, argnums=(0, 1, 2, 3))(x, w, bias, residual)
-    assert float(got[0]) == pytest.approx(float(want[0]), rel=1e-5)
-    for g, v in zip(got[1], want[1]):
-        assert relative_error(g, np.asarray(v, np.float64)) < 1e-4
+    assert_value_and_grads_match(loss, reference, args, (x, w, bias, residual))
     out = jax.jit(lambda *a: jtblas.matmul(a[0], a[1], bias=a[2], residual=a[3], activation="silu", gated=True,
                                            precision="highest"))(*args)
     assert relative_error(out, np.asarray(unfused_reference(x, w, bias, residual, "silu"), np.float64)) < 1e-5
