@@ -1,7 +1,7 @@
 """`jtblas bench` (also `python -m jtblas.bench`): jtblas against XLA as a JAX user runs both.
 
-    jtblas bench                                  # the quick rows of every set (22 shapes), ~1 min
-    jtblas bench --all --out bench-out            # every row: 17 model families, odd, deep-K, square, batched
+    jtblas bench                                  # the quick rows of every set (23 shapes), ~1 min
+    jtblas bench --all --out bench-out            # every row: 17 model families, odd, deep-K, square, batched, misaligned
     jtblas bench --shapes models --max-m 16       # the decode rows
     jtblas bench --models                         # also whole Flax model steps (flax.linen.Dense vs jtblas.nn.Dense)
     jtblas bench --torch                          # also the torch-launch contenders (oracle, cuBLAS, tutorial)
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{','.join(shapes_mod.SET_NAMES)}, their quick rows unless --all)")
     p.add_argument("--shapes-dir", default=str(shapes_mod.SHAPES_DIR), help="where the CSV sets are")
     p.add_argument("--quick", action="store_true",
-                   help="only the rows marked quick (20 shapes; the default without --shapes)")
+                   help="only the rows marked quick (23 shapes; the default without --shapes)")
     p.add_argument("--all", action="store_true",
                    help="every row of the sets (the default when --shapes names sets)")
     p.add_argument("--families", default=None,

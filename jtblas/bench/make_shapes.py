@@ -129,6 +129,7 @@ QUICK = {
     "odd": set(),  # the first four rows (below)
     "deepk": {"deepk256x256x65536", "deepk128x128x32768"},
     "batched": {"attention.scores.S128.D64.B4096", "moe.up.M64.E8"},
+    "misaligned": {"misaligned.v32001.fwd.M16"},
 }
 
 
@@ -239,7 +240,28 @@ def batched():
     return rows
 
 
-SETS = {"models": models, "odd": odd, "deepk": deepk, "square": square, "batched": batched}
+# Output layers over vocabularies that are not a multiple of 8 (a bf16 weight [hidden, vocab] then has
+# rows that are not 16-byte aligned): GPT-2's 50257 at GPT-2-large's width, and a 32000- and a
+# 49152-word vocabulary with one added token (a pad token, as fine-tuning recipes add) at 4096 and
+# 2048; each at these tokens, forward (NN), dx (NT) and dw (TN).
+MISALIGNED_VOCABULARIES = ((50257, 1280), (32001, 4096), (49153, 2048))
+MISALIGNED_TOKENS = (1, 16, 128, 2048, 8192)
+
+
+def misaligned():
+    rows = []
+    for vocab, hidden in MISALIGNED_VOCABULARIES:
+        for tokens in MISALIGNED_TOKENS:
+            passes = (("fwd", tokens, vocab, hidden, "NN"), ("dx", tokens, hidden, vocab, "NT"),
+                      ("dw", hidden, vocab, tokens, "TN"))
+            for kind, m, n, k, layout in passes:
+                name = f"misaligned.v{vocab}.{kind}.M{tokens}"
+                rows.append(_row(name, "misaligned", "misaligned", m, n, k, layout, name in QUICK["misaligned"]))
+    return rows
+
+
+SETS = {"models": models, "odd": odd, "deepk": deepk, "square": square, "batched": batched,
+        "misaligned": misaligned}
 
 
 def write(path: Path, rows: list[dict], columns: list[str]) -> None:

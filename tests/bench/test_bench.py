@@ -18,7 +18,7 @@ import pytest
 
 from jtblas import timing
 from jtblas.bench import (
-    cli, contenders, jax_loop, jax_report, oracle, report, shapes, through_jax, torch_runner,
+    cli, contenders, jax_loop, jax_report, make_shapes, oracle, report, shapes, through_jax, torch_runner,
 )
 from jtblas.config import Config, Problem
 
@@ -86,8 +86,6 @@ def test_every_family_cites_its_config_and_has_every_regime():
 
 
 def test_the_committed_sets_are_what_make_shapes_writes(tmp_path):
-    from jtblas.bench import make_shapes
-
     make_shapes.main(tmp_path)
     for path in sorted(shapes.SHAPES_DIR.glob("*.csv")):
         assert (tmp_path / path.name).read_text() == path.read_text(), path.name
@@ -476,7 +474,22 @@ def test_the_batched_set_adds_rows_without_changing_the_others():
     assert {r.batch for r in rows if r.family == "attention"} == {32, 512, 4096}
     assert {r.batch for r in rows if r.family == "moe"} == {8}
     assert all(r.batch == 1 for name in unbatched for r in shapes.load_set(name))
-    assert len(shapes.load(quick=True)) == 22 and len(shapes.load()) == 706
+    assert len(shapes.load((*unbatched, "batched"), quick=True)) == 22
+    assert len(shapes.load((*unbatched, "batched"))) == 706
+
+
+def test_the_misaligned_set_is_every_pass_of_odd_vocabularies_at_every_token_count():
+    """misaligned.csv: forward (NN), dx (NT) and dw (TN) of three output layers whose vocabulary is
+    not a multiple of 8 (bf16 rows not 16-byte aligned), at 1-8192 tokens; 45 rows, 1 quick."""
+    rows = shapes.load_set("misaligned")
+    assert len(rows) == 45 and sum(r.quick for r in rows) == 1
+    for vocab, hidden in make_shapes.MISALIGNED_VOCABULARIES:
+        assert vocab % 8 and not hidden % 8
+        mine = [r for r in rows if f".v{vocab}." in r.name]
+        assert {(r.m, r.n, r.k, r.layout) for r in mine} == {
+            shape for t in make_shapes.MISALIGNED_TOKENS
+            for shape in ((t, vocab, hidden, "NN"), (t, hidden, vocab, "NT"), (hidden, vocab, t, "TN"))}
+    assert len(shapes.load(quick=True)) == 23 and len(shapes.load()) == 751
 
 
 # ------------------------------------------------------------------------------ the report of record
