@@ -190,6 +190,10 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
                        f"{resources.MIN_ASYNC_COPY_BYTES} or more bytes apart only that many rows apart)")
     if config.k_phases != 1 and not workspace_fits(config.k_slices, problem, hardware):
         reasons.append(_workspace_words(config.k_slices, problem, hardware))
+    copies = resources.shifted_copies_per_thread(config, problem)
+    if copies > resources.MAX_SHIFTED_COPIES_PER_THREAD:
+        reasons.append(f"k_phases={config.k_phases}: each thread issues {copies} copies of the shifted operand per "
+                       f"stage, over {resources.MAX_SHIFTED_COPIES_PER_THREAD} (their addresses spill)")
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
@@ -519,7 +523,10 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     for phases in resources.k_phase_counts(problem):
         if workspace_fits(phases, problem, hardware):
             twins = _with(plain, k_phases=phases)
-            parts.append(twins.take(twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1)))
+            parts.append(twins.take((twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1))
+                                    & (resources.phase_copies_per_thread(problem, phases, twins.block_m, twins.block_n,
+                                                                         twins.block_k, twins.num_warps)
+                                       <= resources.MAX_SHIFTED_COPIES_PER_THREAD)))
     # The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs wgmma
     # instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8 warps.
     # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both

@@ -202,6 +202,34 @@ def shifted_operands(problem: Problem, config: Config) -> tuple[bool, bool]:
     return misaligned_rows_along_k(problem)
 
 
+# Vector copies of the operands K phases shift that one thread issues per stage, at most. Each
+# has an address of its own (a shifted tile starts on a phase-vector boundary and its rows are a
+# runtime stride apart), and beyond this ptxas spills them. sm_90a, `ptxas -v` on our Triton 3.6
+# kernels (2026-12-06): 16x256x64 on 2 warps with 4-byte copies (128 per thread) spilled 1,944
+# bytes, and ran 1x50257x1280 bf16 2.7x slower (160 µs) than 16x64x64 (32 per thread, 128
+# registers, 59 µs) on an H100 through JAX; with 8-byte copies (64 per thread) it spilled 76
+# bytes and ran 1.15x slower; tiles with 32 or fewer (16x64 to 64x256, 2-16-byte copies) used
+# 93-255 registers and spilled nothing.
+MAX_SHIFTED_COPIES_PER_THREAD = 32
+
+
+def shifted_copies_per_thread(config: Config, problem: Problem) -> int:
+    """Vector copies (`phase_vector_bytes` wide) of the operands K phases shift
+    (`shifted_operands`) that one thread issues for one stage; 0 without K phases."""
+    if config.k_phases == 1:
+        return 0
+    return phase_copies_per_thread(problem, config.k_phases, config.block_m, config.block_n, config.block_k,
+                                   config.num_warps)
+
+
+def phase_copies_per_thread(problem: Problem, k_phases: int, block_m, block_n, block_k, num_warps):
+    """`shifted_copies_per_thread` of tiles with `k_phases` > 1 phases; also element-wise on integer
+    arrays of block sizes and warps."""
+    shift_a, shift_b = misaligned_rows_along_k(problem)
+    elements = (shift_a * block_m + shift_b * block_n) * block_k
+    return -(-elements * problem.operand_bytes // phase_vector_bytes(problem, k_phases)) // (32 * num_warps)
+
+
 def misaligned_rows_along_k(problem: Problem) -> tuple[bool, bool]:
     """Whether A (B) is stored with its rows along K and a row stride that is not a multiple of
     16 bytes: the operands K phases shift."""
@@ -225,6 +253,12 @@ def phase_columns(problem: Problem, k_phases: int, block_k: int) -> int:
     on a 16-byte boundary (block_k ≥ 16). Also element-wise on integer arrays of counts and blocks."""
     phase_rows = -(-problem.k // k_phases)
     return -(-phase_rows // block_k) * block_k
+
+
+def c_vector_bytes(problem: Problem) -> int:
+    """Width (bytes) of the kernel's stores of C: the largest power of two, at most 16, dividing
+    its row stride (out_n · out_bytes; a bf16 C over an odd N is stored 2 bytes at a time)."""
+    return _alignment(problem.out_n * problem.out_bytes)
 
 
 def _alignment(stride_bytes: int) -> int:

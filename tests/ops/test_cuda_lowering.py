@@ -4,6 +4,8 @@ Triton compiles the kernel to PTX during lowering, so a compile error, an unsupp
 sm_90 or a bad meta-parameter fails here, in CI, before any GPU sees it.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -76,11 +78,10 @@ def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
     assert with_split and with_repack  # the sets exercise both paths
 
 
-def _k_loop_async_waits(config, problem, capability):
-    """The `ttg.async_wait` counts in our kernel compiled for `capability` (Triton's own
-    compiler, as jax-triton calls it: pointers 16-byte aligned, unit strides constant)."""
-    import re
-
+def _compiled(config, problem, capability):
+    """Our kernel compiled for `capability` (Triton's own compiler, as jax-triton calls it:
+    pointers 16-byte aligned, integers that are multiples of 16 specialised as such, unit strides
+    constant)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -95,17 +96,59 @@ def _k_loop_async_waits(config, problem, capability):
     signature, constexprs, attrs = {}, {}, {}
     for index, name in enumerate(matmul_kernel.arg_names):
         if name in pointers:
-            signature[name] = "*bf16"
+            # C is the fp32 partials' workspace where K is split or phased.
+            signature[name] = "*fp32" if name == "c_ptr" and config.k_slices > 1 else "*bf16"
             attrs[(index,)] = [["tt.divisibility", 16]]
         elif name in spec.metaparams or scalars.get(name) == 1:
             signature[name] = "constexpr"
             constexprs[name] = spec.metaparams.get(name, 1)
         else:
             signature[name] = "i32"
-    compiled = triton.compile(ASTSource(fn=matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
-                              target=GPUTarget("cuda", capability, 32),
-                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
-    return {int(n) for n in re.findall(r"ttg\.async_wait[^\n]*\{num = (\d+)", compiled.asm["ttgir"])}
+            if scalars.get(name) and scalars[name] % 16 == 0:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    return triton.compile(ASTSource(fn=matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+                          target=GPUTarget("cuda", capability, 32),
+                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def _k_loop_async_waits(config, problem, capability):
+    """The `ttg.async_wait` counts in our kernel compiled for `capability`."""
+    import re
+
+    ttgir = _compiled(config, problem, capability).asm["ttgir"]
+    return {int(n) for n in re.findall(r"ttg\.async_wait[^\n]*\{num = (\d+)", ttgir)}
+
+
+def _spilled_bytes(config, problem, tmp_path) -> int:
+    """Bytes of registers ptxas spills compiling our kernel for sm_90a (Triton's bundled ptxas)."""
+    import re
+    import subprocess
+
+    from triton.backends.nvidia import compiler
+
+    ptx = tmp_path / "kernel.ptx"
+    ptx.write_text(_compiled(config, problem, 90).asm["ptx"])
+    report = subprocess.run([compiler.get_ptxas(90).path, "-arch=sm_90a", "-v", str(ptx), "-o",
+                             str(tmp_path / "kernel.cubin")], capture_output=True, text=True, check=True)
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report.stdout + report.stderr))
+
+
+def test_shifted_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
+    """`resources.MAX_SHIFTED_COPIES_PER_THREAD`, against the compiler (sm_90a, no GPU): the
+    1x50257x1280 lm head's 16x256x64 2-warp tile with 2 K phases (4-byte copies, 128 per thread
+    per stage) spills its registers; the same tile with 8 phases (16-byte, 32 per thread), the
+    model's pick on the H100 and on the H200, within the limit, spill nothing."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+    problem = jtblas.Problem(m=1, n=50257, k=1280, dtype="bfloat16", out_dtype="bfloat16")
+    over = jtblas.Config(block_m=16, block_n=256, block_k=64, num_warps=2, num_stages=3, group_m=1, k_phases=2)
+    assert resources.shifted_copies_per_thread(over, problem) > resources.MAX_SHIFTED_COPIES_PER_THREAD
+    assert _spilled_bytes(over, problem, tmp_path) > 0
+    within = [dataclasses.replace(over, k_phases=8)]
+    within += [jtblas.select(1, 50257, 1280, dtype="bfloat16", hardware=gpu) for gpu in ("h100", "h200")]
+    for config in within:
+        assert config.k_phases > 1
+        assert resources.shifted_copies_per_thread(config, problem) <= resources.MAX_SHIFTED_COPIES_PER_THREAD
+        assert _spilled_bytes(config, problem, tmp_path) == 0, config
 
 
 @pytest.mark.parametrize("block_m,num_warps,num_stages,capability", [

@@ -22,6 +22,7 @@ from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_er
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
 H200 = hardware.BUILTIN["h200"]
+H100 = hardware.BUILTIN["h100"]
 
 
 def phase_config(phases: int, block_k: int = 16, **overrides) -> Config:
@@ -253,3 +254,21 @@ def test_repacking_is_weighed_against_phases():
     assert plan.plain_config.k_phases > 1
     assert "copying B" in plan.reason
     assert plan.repacks == (plan.config.k_phases == 1), plan
+
+
+def test_phase_tiles_whose_shifted_copies_would_spill_are_not_candidates():
+    """One thread issues block_n · block_k · bytes / (phase width · threads) copies of a shifted B
+    per stage; beyond `MAX_SHIFTED_COPIES_PER_THREAD` their addresses spill (tests/ops/
+    test_cuda_lowering.py holds the compiler to it), so such a twin is no candidate and the rule
+    says why, while narrower tiles, more warps or wider copies keep every phase count."""
+    odd = Problem(m=1, n=50257, k=1280)
+    spilling = Config(block_m=16, block_n=256, block_k=64, num_warps=2, num_stages=3, group_m=1, k_phases=2)
+    assert resources.shifted_copies_per_thread(spilling, odd) == 64 * 256 * 2 // 4 // 64
+    reasons = candidates.rejection_reasons(spilling, odd, H100)
+    assert any("128 copies of the shifted operand per stage, over 32" in r for r in reasons), reasons
+    space = candidates.candidates_for_problem(odd, H100)
+    assert spilling not in space
+    assert all(resources.shifted_copies_per_thread(c, odd) <= resources.MAX_SHIFTED_COPIES_PER_THREAD for c in space)
+    assert {c.k_phases for c in space} == {1, 2, 4, 8}
+    assert dataclasses.replace(spilling, k_phases=8) in space  # 16-byte copies: 32 per thread
+    assert resources.shifted_copies_per_thread(Config(block_n=256, block_k=64), odd) == 0  # no phases
