@@ -41,6 +41,9 @@ class Constants:
       line_bytes: L2 cache-line size (128 bytes, four 32-byte sectors; CUDA C++ Best Practices
         Guide, "Coalesced Access to Global Memory"). A tile row shorter than a line still costs
         DRAM a whole line's worth of row activation and burst: see `line_efficiency`.
+      sector_bytes: the unit of an L2 line that DRAM reads or writes (32 bytes; CUDA C++ Best
+        Practices Guide, "Coalesced Access to Global Memory"). A write that covers part of a
+        sector has DRAM read the sector back to merge it (`cost.estimate_arrays`, misaligned C).
       full_vector_bytes: width of a full vector load (16 bytes, `ld.global.v4.b32`/cp.async 16).
         An operand whose rows are only v-byte aligned is loaded v bytes at a time and costs
         full_vector_bytes / v times as much load-port time (measured 2026-11: odd sizes run at
@@ -93,6 +96,7 @@ class Constants:
     l2_usable_fraction: float = 0.5
     full_vector_bytes: int = 16
     line_bytes: int = 128
+    sector_bytes: int = 32
     swizzle_bytes: int = 128
     k_major_b_efficiency: float = 0.8
     warp_schedulers_per_sm: int = 4

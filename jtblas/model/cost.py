@@ -599,7 +599,15 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     b_rereads = np.where(b_bytes + group_rows * a_panel <= capacity, 1.0, plain_m / window_rows)
     operand_dram = (a_rereads * a_bytes + b_rereads * b_bytes) * problem.batch
     c_bytes = problem.m * problem.out_n * stored_bytes * split * problem.batch
-    dram_bytes = operand_dram + c_bytes
+    # Rows of C that do not start on 16-byte boundaries: each tile row's run of block_n columns
+    # starts and ends inside a 32-byte sector the neighbouring tile also writes, and DRAM reads those
+    # two sectors back to merge them (H100 through JAX, 2026-12-06: 1280x50257x16 and 4096x32001x1
+    # TN, C rows 2-byte aligned, ran 88 and 155 µs with 256-column tiles against 115 and 266 with
+    # 64-column ones; XLA 89 and 162).
+    misaligned_c = (split == 1) & (resources.c_vector_bytes(problem) < full)
+    c_run = np.minimum(out_columns, problem.out_n) * stored_bytes
+    c_dram = c_bytes * np.where(misaligned_c, 1.0 + 2 * constants.sector_bytes / c_run, 1.0)
+    dram_bytes = operand_dram + c_dram
     operand_l2 = grid * (a_rows * a_element + bn * b_element) * k_steps * bk
     l2_bytes = operand_l2 + c_bytes
     if problem.has_epilogue:
