@@ -20,7 +20,7 @@ from tests.reference import DTYPES, kernel_calls, relative_error, tolerance
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 # The benchmark sets of single products (batched.csv came with the batch-aware model).
-UNBATCHED_SETS = ("models", "odd", "deepk", "square")
+UNBATCHED_SETS = ("models", "odd", "deepk", "square", "misaligned")
 
 
 def _pick_name(plan: model.ProductPlan) -> str:
@@ -30,8 +30,9 @@ def _pick_name(plan: model.ProductPlan) -> str:
 
 def test_corpus_picks_unchanged_without_a_batch():
     """Every unbatched row of the benchmark sets keeps the pick (config and repacked operands) it
-    had when `tests/data/corpus_picks.json` was written (H200, 473 products; last changed by K phase
-    counts of 2 and 4 and the phase-major copy of A, 2026-12-04: 21 misaligned products)."""
+    had when `tests/data/corpus_picks.json` was written (H200, 512 products with the misaligned set;
+    last changed 2026-12-06: the 12 lm heads at M <= 16 leave the 2-warp 16x256 tile whose shifted
+    copies spill for its 4-warp twin)."""
     expected = json.loads((DATA / "corpus_picks.json").read_text())
     h200 = hardware.get("h200")
     picks = {s.key(): _pick_name(model.plan_for_problem(s.problem(), h200))
