@@ -1,7 +1,7 @@
 """`jtblas bench` (also `python -m jtblas.bench`): jtblas against XLA as a JAX user runs both.
 
     jtblas bench                                  # the quick rows of every set (23 shapes), ~1 min
-    jtblas bench --all --out bench-out            # every row: 17 model families, odd, deep-K, square, batched, misaligned
+    jtblas bench --all --out bench-out            # every row: 17 families, odd, deep-K, square, batched, misaligned
     jtblas bench --shapes models --max-m 16       # the decode rows
     jtblas bench --models                         # also whole Flax model steps (flax.linen.Dense vs jtblas.nn.Dense)
     jtblas bench --torch                          # also the torch-launch contenders (oracle, cuBLAS, tutorial)
