@@ -113,10 +113,12 @@ def lower_for_cuda(fn, *shapes) -> str:
         return jax.jit(lambda *args: fn(*args)).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: int, pointer_type: str = "*bf16"):
-    """`triton.compile` of a jtblas kernel for sm_90 on any machine (no GPU): pointers of
-    `pointer_type` aligned to 16 bytes, `metaparams` as its constexprs, every other argument an
-    i32. Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
+def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: int, pointer_type: str = "*bf16",
+                     pointer_types: dict | None = None, divisible: tuple[str, ...] = (), capability: int = 90):
+    """`triton.compile` of a jtblas kernel for sm_90 (or `capability`) on any machine (no GPU):
+    pointers of `pointer_type` (per name: `pointer_types`) aligned to 16 bytes, `metaparams` as its
+    constexprs, every other argument an i32, those in `divisible` specialised as multiples of 16 (as
+    jax-triton passes them). Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -125,10 +127,12 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
 
     jax_triton_adapter.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
     names = kernel.arg_names
-    signature = {n: pointer_type if n.endswith("_ptr") else "constexpr" if n in metaparams else "i32" for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.endswith("_ptr")}
+    pointers = {n: (pointer_types or {}).get(n, pointer_type) for n in names if n.endswith("_ptr")}
+    signature = {n: pointers.get(n) or ("constexpr" if n in metaparams else "i32") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in pointers or n in divisible}
     return triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=metaparams, attrs=attrs),
-                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+                          target=GPUTarget("cuda", capability, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
 def use_jax_triton_031(monkeypatch) -> None:

@@ -13,7 +13,7 @@ import pytest
 import jtblas
 from jtblas import _compat, hardware
 from jtblas.model import resources
-from tests.reference import lower_for_cuda, require_jax_triton, stored_shapes
+from tests.reference import compile_for_sm90, lower_for_cuda, require_jax_triton, stored_shapes
 
 jax_triton = require_jax_triton()
 
@@ -79,36 +79,20 @@ def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
 
 
 def _compiled(config, problem, capability):
-    """Our kernel compiled for `capability` (Triton's own compiler, as jax-triton calls it:
-    pointers 16-byte aligned, integers that are multiples of 16 specialised as such, unit strides
-    constant)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    """Our kernel compiled for `capability` as jax-triton calls it: the launch's metaparameters,
+    unit strides constant, integers that are multiples of 16 specialised as such; C is the fp32
+    partials' workspace where K is split or phased."""
     from jtblas.kernels.matmul import matmul_kernel
     from jtblas.launch_specs import launch_spec
 
     spec = launch_spec(problem, config)
-    pointers = ("a_ptr", "b_ptr", "c_ptr")
-    scalar_names = [n for n in matmul_kernel.arg_names if n not in pointers and n not in spec.metaparams]
+    scalar_names = [n for n in matmul_kernel.arg_names if not n.endswith("_ptr") and n not in spec.metaparams]
     scalars = dict(zip(scalar_names, spec.scalars))
-    signature, constexprs, attrs = {}, {}, {}
-    for index, name in enumerate(matmul_kernel.arg_names):
-        if name in pointers:
-            # C is the fp32 partials' workspace where K is split or phased.
-            signature[name] = "*fp32" if name == "c_ptr" and config.k_slices > 1 else "*bf16"
-            attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name in spec.metaparams or scalars.get(name) == 1:
-            signature[name] = "constexpr"
-            constexprs[name] = spec.metaparams.get(name, 1)
-        else:
-            signature[name] = "i32"
-            if scalars.get(name) and scalars[name] % 16 == 0:
-                attrs[(index,)] = [["tt.divisibility", 16]]
-    return triton.compile(ASTSource(fn=matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
-                          target=GPUTarget("cuda", capability, 32),
-                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    metaparams = {**spec.metaparams, **{n: 1 for n, value in scalars.items() if value == 1}}
+    return compile_for_sm90(matmul_kernel, metaparams, num_warps=config.num_warps, num_stages=config.num_stages,
+                            pointer_types={"c_ptr": "*fp32"} if config.k_slices > 1 else None,
+                            divisible=tuple(n for n, value in scalars.items() if value > 1 and value % 16 == 0),
+                            capability=capability)
 
 
 def _k_loop_async_waits(config, problem, capability):
