@@ -75,6 +75,7 @@ def launch_spec(
     if phase_major:  # A is its phase-major copy (`ops.phase_major_copy`)
         stride_am = config.k_phases * resources.phase_columns(problem, config.k_phases, config.block_k)
     shift_a, shift_b = resources.shifted_operands(problem, config)
+    padded_m, padded_n = resources.padded_rows(problem)
     vector = resources.phase_vector_bytes(problem, config.k_phases) // problem.operand_bytes
     # A shifted operand's tiles start up to vector - 1 rows (columns) before C's.
     tiles = (math.ceil((m + (vector - 1) * shift_a) / config.block_m)
@@ -119,6 +120,8 @@ def launch_spec(
             CAST_A=problem.dtype if problem.a_dtype else "",
             CAST_B=problem.dtype if problem.b_dtype else "",
             ROUND_ONLY=False,
+            PADDED_M=padded_m,
+            PADDED_N=padded_n,
         ),
     )
 

@@ -43,7 +43,8 @@ def repack_mode(mode: str):
     """Within the block, products traced by `matmul` (their backward GEMMs included) repack as
     `mode` says: "auto" (the model decides; the default), "always" (A and B are copied with K and
     both leading dimensions padded to multiples of 64, also with an explicit `config=`, which then
-    runs on the padded problem), "transpose" (a B stored [N, K] is copied transposed into [K, N]
+    runs on the padded problem), "strides" (the same copies, but M and N stay the caller's: only
+    the row strides are padded, and C is not), "transpose" (a B stored [N, K] is copied transposed into [K, N]
     and the model's config for that problem runs), or "never". For tests and experiments; the mode is read at trace
     time, so a function jitted before the block keeps its traced decision."""
     if mode not in repack.REPACK_MODES:
@@ -381,9 +382,10 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
         if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
             b = jnp.swapaxes(b, 1, 2)
     else:  # checked here, per launched problem: batching may have folded more rows into M
-        if static.repack == "always" and not problem.gated:  # a padded B would move the gated pairs
+        if static.repack in ("always", "strides") and not problem.gated:  # a padded B would move the gated pairs
             problem = repack.padded_problem(problem, pad_a=True, pad_b=True,
-                                            pad_k=problem.k % repack.PAD_MULTIPLE != 0)
+                                            pad_k=problem.k % repack.PAD_MULTIPLE != 0,
+                                            pad_c=static.repack == "always")
         check_config(config, problem, hw)
     # Repacking: copy A and/or B into zero-padded buffers [batch, rows, row stride] (at most the
     # padded operand sizes; K's zeros leave the fp32 sums unchanged). A padded M or N (a copied

@@ -312,6 +312,8 @@ def gemm_program(
     ACTIVATION: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
+    PADDED_M: tl.constexpr,
+    PADDED_N: tl.constexpr,
 ):
     """One program computes one BLOCK_M × BLOCK_N tile of C; grid axis 1 runs over a batch of
     independent products (batch strides stride_ab, stride_bb, stride_cb; 0 broadcasts an operand).
@@ -355,6 +357,10 @@ def gemm_program(
     B has 2·N (the gate's, then the up projection's), the bias 2·N per batch entry; each program's
     BLOCK_N columns of B are one C tile's BLOCK_N / 2 column pairs (`tile_bases`), which
     `gated_tile_epilogue` multiplies into it.
+    PADDED_M (PADDED_N): A stored [K, M] (B stored [K, N]) is a copy whose rows hold stride_ak
+    (stride_bk) elements, more than M (N) (`jtblas.model.repack`): the tile's row (column) offsets
+    wrap at that padded row length, a multiple of 16 bytes, instead of at M (N), so that its loads
+    keep full width; C keeps the caller's M and N.
     TILE_M_UNIT (TILE_N_UNIT): the runs the phase's row (column) offsets come in, VECTOR
     where shifted, else M_UNIT (N_UNIT). Reads reach at most VECTOR − 1 elements before a row (the
     previous row's, or for the first row, none: its shift is 0) and after it, inside the 16-byte
@@ -453,9 +459,15 @@ def gemm_program(
         a_ptr += batch * stride_ab
         b_ptr += batch * stride_bb
         c_ptr += batch * stride_cb
+        rows_wrap = M
+        cols_wrap = N
+        if PADDED_M:
+            rows_wrap = stride_ak
+        if PADDED_N:
+            cols_wrap = stride_bk
         a_rows, b_cols = tile_bases(
-            a_ptr, b_ptr, pid_m, pid_n, M, N, stride_am, stride_bn, BLOCK_M, BLOCK_N, M_UNIT, N_UNIT, SHORT_A_ROWS,
-            GATED,
+            a_ptr, b_ptr, pid_m, pid_n, rows_wrap, cols_wrap, stride_am, stride_bn, BLOCK_M, BLOCK_N,
+            STRIDE_AK_UNIT if PADDED_M else M_UNIT, STRIDE_BK_UNIT if PADDED_N else N_UNIT, SHORT_A_ROWS, GATED,
         )
         k_blocks = tl.cdiv(K, BLOCK_K)
         if SPLIT_K == 1:
@@ -547,6 +559,8 @@ def matmul_kernel(
     CAST_A: tl.constexpr = "",
     CAST_B: tl.constexpr = "",
     ROUND_ONLY: tl.constexpr = False,
+    PADDED_M: tl.constexpr = False,
+    PADDED_N: tl.constexpr = False,
 ):
     """C = A · B: one program per BLOCK_M × BLOCK_N tile of C (`gemm_program`, whose docstring
     says what each argument does), without an epilogue."""
@@ -555,7 +569,7 @@ def matmul_kernel(
         EVEN_K, INDEX_64, M_UNIT, N_UNIT, K_UNIT, STRIDE_AM_UNIT, STRIDE_AK_UNIT, STRIDE_BK_UNIT,
         STRIDE_BN_UNIT, STRIDE_CM_UNIT, STRIDE_AB_UNIT, STRIDE_BB_UNIT, STRIDE_CB_UNIT, SPLIT_K, ATOMIC_SPLIT,
         K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB, K_PHASES, SHIFT_A, SHIFT_B, VECTOR, PHASE_MAJOR_A, TILE_M_UNIT,
-        TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, False, "", False, False)
+        TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, False, "", False, False, PADDED_M, PADDED_N)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K", "stride_ab", "stride_bb", "stride_cb"])
@@ -614,6 +628,8 @@ def matmul_epilogue_kernel(
     ACTIVATION: tl.constexpr = "",
     HAS_RESIDUAL: tl.constexpr = False,
     GATED: tl.constexpr = False,
+    PADDED_M: tl.constexpr = False,
+    PADDED_N: tl.constexpr = False,
 ):
     """C = epilogue(A · B) (`gemm_program`): `matmul_kernel` with a bias [batch, N] (HAS_BIAS),
     an activation and a residual laid out as C (HAS_RESIDUAL) applied to each fp32 tile before
@@ -626,4 +642,4 @@ def matmul_epilogue_kernel(
         STRIDE_BK_UNIT, STRIDE_BN_UNIT, STRIDE_CM_UNIT, STRIDE_AB_UNIT, STRIDE_BB_UNIT, STRIDE_CB_UNIT,
         SPLIT_K, ATOMIC_SPLIT, K_FROM_INDICES, SHORT_A_ROWS, SWAP_AB, K_PHASES, SHIFT_A, SHIFT_B, VECTOR,
         PHASE_MAJOR_A, TILE_M_UNIT, TILE_N_UNIT, CAST_A, CAST_B, ROUND_ONLY, HAS_BIAS, ACTIVATION,
-        HAS_RESIDUAL, GATED)
+        HAS_RESIDUAL, GATED, PADDED_M, PADDED_N)

@@ -264,7 +264,8 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     two dividing stride·bytes. When the contiguous axis is K and K is not a multiple of block_k,
     the masked K loop (EVEN_K false) loads no wider than the largest power of two dividing K·bytes.
     When it is M (N), the tile's offsets wrap at M (N) and are contiguous only in runs of M's (N's)
-    largest power-of-two divisor, so loads are no wider than that many elements either.
+    largest power-of-two divisor, so loads are no wider than that many elements either; a copy
+    whose rows are padded past M (N) wraps at its row stride instead (`resources.padded_rows`).
     The TMA kernel's bulk copies are full width (its rows are 16-byte aligned, tails zero-filled).
     With K phases (`Config.k_phases`), an operand the phases shift is loaded at the width
     k_phases rows' stride allows (`resources.phase_vector_bytes`: its tiles start on such
@@ -291,7 +292,7 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
         # (the kernel is told that divisibility, up to 16 elements, through K_UNIT).
         k_bytes = problem.k * element
         width = min(width, k_bytes & -k_bytes)
-    elif not k_contiguous:
+    elif not k_contiguous and stride == extent:
         extent_bytes = extent * element
         width = min(width, extent_bytes & -extent_bytes)
     return width
@@ -450,7 +451,8 @@ def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: st
         widths = np.where(tail, min(width, k_bytes & -k_bytes), width)
         widths = np.where(c.k_phases > 1, full if operand == "a" else element, widths)
     else:
-        extent_bytes = extent * element
+        # The offsets wrap at the row stride where the rows are padded past the extent.
+        extent_bytes = extent * element if stride == extent else stride_bytes
         widths = np.full(len(c), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
     return np.where(tma, full, np.where(shifted, np.minimum(full, phase_width), widths))
 

@@ -16,10 +16,11 @@ price of one copy of B (TT is not slowed, so the model copies it only to pad).
 
 A copied operand is zero-padded with its padded axes rounded up to PAD_MULTIPLE elements: K (so
 the product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
-When that contiguous axis is M (A transposed) or N (B not transposed), the padded problem's M (N)
-grows with it: the kernel's tile offsets wrap at M (N), and only a wrap at an aligned extent keeps
-its loads full-width (`cost.vector_bytes`). C is then computed padded and sliced to the caller's
-shape, one more copy in the cost:
+When that contiguous axis is M (A transposed) or N (B not transposed), two padded problems are
+ranked: the caller's M (N) kept, the kernel wrapping that operand's tile offsets at its padded row
+stride (`resources.padded_rows`; loads full width, C stored at the caller's shape), or M (N)
+grown with the padding, C then computed padded (16-byte aligned rows, open to the TMA kernel) and
+sliced to the caller's shape, one more copy in the cost:
 
     copy(C) = (padded C bytes read + C bytes written) / DRAM bandwidth + one launch
 
@@ -52,10 +53,11 @@ PAD_MULTIPLE = 64
 # within the model's ranking error (docs/model.md, "How well it ranks").
 REPACK_MIN_GAIN = 0.05
 # How a repack decision can be overridden (tests and experiments only, never the default):
-# "auto" lets the model decide, "always" pads every axis it can (K and both leading dimensions),
+# "auto" lets the model decide, "always" pads every axis it can (K and both leading dimensions,
+# M or N with them: C computed padded), "strides" the same but keeping the caller's M and N,
 # "transpose" copies a B stored [N, K] transposed (padding K if it must), "never" keeps the plain
 # kernel.
-REPACK_MODES = ("auto", "always", "transpose", "never")
+REPACK_MODES = ("auto", "always", "strides", "transpose", "never")
 
 
 def round_up(value: int, multiple: int = PAD_MULTIPLE) -> int:
@@ -70,7 +72,8 @@ class ProductPlan:
       problem: the caller's problem (dense operands).
       kernel_problem: the problem the kernel runs: `problem`, or with K padded (`k`), padded
         leading dimensions (`lda`, `ldb`) and M (N) padded when it is a copied operand's
-        contiguous axis; C is then [kernel M, kernel N], sliced to the caller's shape.
+        contiguous axis and C is computed padded: C is then [kernel M, kernel N], sliced to the
+        caller's shape.
       config: the kernel's config for `kernel_problem` (what `jtblas.select` returns).
       pad_a, pad_b: A (B) is copied into a zero-padded [rows, lda] buffer before the launch.
       transpose_b: B, stored [N, K], is copied transposed into [K, N] (with pad_b): the kernel
@@ -125,11 +128,13 @@ def misaligned(problem: Problem, config: Config, hardware: Hardware) -> tuple[bo
 
 
 def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool,
-                   transpose_b: bool = False) -> Problem:
+                   transpose_b: bool = False, pad_c: bool = True) -> Problem:
     """The kernel problem after copying A and/or B with their padded axes rounded up to
     PAD_MULTIPLE (K, zero-filled, only if `pad_k`, which needs both operands copied; a copied
-    operand's contiguous axis, M or N growing with it). `transpose_b`: B [N, K] is copied into
-    [K, N] (the layout loses its transposed B; needs `pad_b`)."""
+    operand's contiguous axis). `pad_c`: where that axis is M or N, M (N) grows with it and C is
+    computed padded (sliced to the caller's shape); otherwise M and N stay the caller's and only
+    the row stride is padded (the kernel wraps its offsets there: `resources.padded_rows`).
+    `transpose_b`: B [N, K] is copied into [K, N] (the layout loses its transposed B; needs `pad_b`)."""
     if pad_k and not (pad_a and pad_b):
         raise ValueError("padding K copies both operands")
     if transpose_b:
@@ -137,10 +142,10 @@ def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool,
             raise ValueError("transposing B copies a B stored [N, K] (transpose_b)")
         problem = dataclasses.replace(problem, transpose_b=False, ldb=0)
     k = round_up(problem.k) if pad_k else problem.k
-    m = round_up(problem.m) if pad_a and problem.transpose_a else problem.m
-    n = round_up(problem.n) if pad_b and not problem.transpose_b else problem.n
-    lda = round_up(m if problem.transpose_a else k) if pad_a else 0
-    ldb = round_up(k if problem.transpose_b else n) if pad_b else 0
+    lda = round_up(problem.m if problem.transpose_a else k) if pad_a else 0
+    ldb = round_up(k if problem.transpose_b else problem.n) if pad_b else 0
+    m = lda if pad_c and pad_a and problem.transpose_a else problem.m
+    n = ldb if pad_c and pad_b and not problem.transpose_b else problem.n
     kernel = dataclasses.replace(problem, m=m, n=n, k=k, lda=0, ldb=0)
     # A leading dimension equal to the dense row length is stored as 0 (dense), so one padded
     # problem has one representation.
@@ -172,17 +177,19 @@ def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware)
 
 
 def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
-             hardware: Hardware) -> list[tuple[bool, bool, bool, bool]]:
-    """(pad_a, pad_b, pad_k, transpose_b) repack options worth ranking. K whose bytes are not a
-    multiple of 16 is padded (both operands copied); otherwise each narrow operand may be copied
-    alone, or both. A B stored [N, K] on a wgmma GPU may be copied transposed as well."""
-    if mode == "always":
-        return [(True, True, problem.k % PAD_MULTIPLE != 0, False)]
+             hardware: Hardware) -> list[tuple[bool, bool, bool, bool, bool]]:
+    """(pad_a, pad_b, pad_k, transpose_b, pad_c) repack options worth ranking. K whose bytes are
+    not a multiple of 16 is padded (both operands copied); otherwise each narrow operand may be
+    copied alone, or both. A B stored [N, K] on a wgmma GPU may be copied transposed as well.
+    Where a copy pads M or N, C is computed at the caller's shape (its rows as misaligned as the
+    caller's N makes them) or padded and sliced: both are ranked."""
+    if mode in ("always", "strides"):
+        return [(True, True, problem.k % PAD_MULTIPLE != 0, False, mode == "always")]
     if mode == "never":
         return []
     pad_k = any(problem.k * element % 16 != 0 for element in (problem.a_bytes, problem.b_bytes))
     if mode == "transpose":
-        return [(pad_k, True, pad_k, True)] if problem.transpose_b else []
+        return [(pad_k, True, pad_k, True, True)] if problem.transpose_b else []
     options = []
     if any(narrow):
         if pad_k:
@@ -193,7 +200,15 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
     options = [(*option, False) for option in options]
     if problem.transpose_b and hardware.wgmma:
         options.append((pad_k or narrow[0], True, pad_k, True))
-    return options
+    return [(*option, pad_c) for option in options for pad_c in (False, True)
+            if not pad_c or _grows(problem, *option)]
+
+
+def _grows(problem: Problem, pad_a: bool, pad_b: bool, pad_k: bool, transpose_b: bool) -> bool:
+    """Whether the copies pad M or N (a copied operand's contiguous axis, not a multiple of
+    PAD_MULTIPLE)."""
+    return ((pad_a and problem.transpose_a and problem.m % PAD_MULTIPLE != 0)
+            or (pad_b and (transpose_b or not problem.transpose_b) and problem.n % PAD_MULTIPLE != 0))
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
@@ -206,7 +221,7 @@ def plan_for_problem(problem: Problem, hardware: Hardware, mode: str = "auto") -
     reads it once per tile row or column, from L2 at its stored width), converted first (with
     "auto" only).
 
-    `mode` ("auto", "always", "never") overrides the decision; anything but "auto" is for tests.
+    `mode` ("auto", "always", "strides", "transpose", "never") overrides the decision; anything but "auto" is for tests.
     Cached per (problem, hardware, mode).
     """
     if mode not in REPACK_MODES:
@@ -253,8 +268,9 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
                   else "repacking turned off")
         return dataclasses.replace(best, reason=reason)
     candidates = []
-    for pad_a, pad_b, pad_k, transpose_b in options:
-        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k, transpose_b=transpose_b)
+    for pad_a, pad_b, pad_k, transpose_b, pad_c in options:
+        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k, transpose_b=transpose_b,
+                                pad_c=pad_c)
         # The copies live beside the caller's operands until the product is done.
         if resources.footprint_bytes(problem) + resources.footprint_bytes(kernel) > hardware.memory_bytes:
             continue
@@ -277,6 +293,15 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
              f"{_us(repacked.predicted_seconds)} ({_us(repacked.predicted_seconds - repacked.copy_seconds)} "
              f"kernel + {_us(repacked.copy_seconds)} copies) against {_us(plain.predicted_seconds)} plain "
              f"({plain.config.short()})")
+    # The same copies with C the other way (kept at the caller's shape, or padded and sliced).
+    twins = [p for p in candidates if (p.pad_a, p.pad_b, p.transpose_b) == (repacked.pad_a, repacked.pad_b,
+                                                                            repacked.transpose_b)
+             and _c_padded(p) != _c_padded(repacked)]
+    if twins:
+        twin = min(twins, key=lambda p: p.predicted_seconds)
+        words += (f"; computing C padded ({_c_shape(twin)}) and slicing it would predict "
+                  if _c_padded(twin) else f"; keeping C at the caller's {_c_shape(twin)} would predict ")
+        words += f"{_us(twin.predicted_seconds)} ({twin.config.short()})"
     if mode != "auto":
         return dataclasses.replace(repacked, reason=f"{words}: repacking forced ({mode})")
     if repacked.predicted_seconds < (1 - REPACK_MIN_GAIN) * plain.predicted_seconds:
@@ -284,6 +309,15 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
     return dataclasses.replace(
         best, reason=f"{words}: no repacking (it needs a {100 * REPACK_MIN_GAIN:.0f}% predicted gain)"
     )
+
+
+def _c_padded(plan: ProductPlan) -> bool:
+    """Whether the plan computes C padded (its kernel's M or N grown by a copy), then slices it."""
+    return (plan.kernel_problem.m, plan.kernel_problem.n) != (plan.problem.m, plan.problem.n)
+
+
+def _c_shape(plan: ProductPlan) -> str:
+    return f"[{plan.kernel_problem.m}, {plan.kernel_problem.out_n}]"
 
 
 def _narrow_words(narrow: tuple[bool, bool]) -> str:

@@ -255,6 +255,14 @@ def phase_columns(problem: Problem, k_phases: int, block_k: int) -> int:
     return -(-phase_rows // block_k) * block_k
 
 
+def padded_rows(problem: Problem) -> tuple[bool, bool]:
+    """Whether A stored [K, M] (B stored [K, N]) holds more elements per row than M (N): a copy
+    padded past the caller's M (N) without growing them (`jtblas.model.repack.padded_problem`),
+    whose tile offsets wrap at the padded row length instead (`matmul_kernel`'s PADDED_M, PADDED_N)."""
+    return (problem.transpose_a and problem.a_row_stride > problem.m,
+            not problem.transpose_b and problem.b_row_stride > problem.n)
+
+
 def c_vector_bytes(problem: Problem) -> int:
     """Width (bytes) of the kernel's stores of C: the largest power of two, at most 16, dividing
     its row stride (out_n · out_bytes; a bf16 C over an odd N is stored 2 bytes at a time)."""

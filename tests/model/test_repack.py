@@ -17,7 +17,7 @@ import pytest
 import jtblas
 from jtblas import hardware, ops
 from jtblas.config import Problem
-from jtblas.model import cost, repack
+from jtblas.model import cost, repack, resources
 from tests.reference import DTYPES, lower_for_cuda, random_operands, relative_error, tolerance
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -43,12 +43,15 @@ def forced(fn, mode="always"):
     return run
 
 
+@pytest.mark.parametrize("mode", ["always", "strides"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_forced_repack_matches_float64(m, n, k, transpose_a, transpose_b, dtype, rng):
+def test_forced_repack_matches_float64(m, n, k, transpose_a, transpose_b, dtype, mode, rng):
+    """Both copies: C computed padded and sliced ("always"), or at the caller's M and N with the
+    kernel's offsets wrapping at the padded row strides ("strides")."""
     a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
-    out = forced(product(transpose_a, transpose_b))(a, b)
+    out = forced(product(transpose_a, transpose_b), mode)(a, b)
     assert out.dtype == DTYPES[dtype] and out.shape == (m, n)
     assert relative_error(out, reference) < tolerance(dtype, dtype)
 
@@ -143,11 +146,13 @@ def test_model_repacks_odd_shape_on_h200():
     p = plan(1500, 4501, 3399)
     assert p.repacks and p.pad_a and p.pad_b
     # K zero-padded to a multiple of 64; B's rows (N = 4501, its contiguous axis) padded to 4544,
-    # and N with them: C is computed 1500x4544 and sliced, a copy the plan prices.
-    assert (p.kernel_problem.m, p.kernel_problem.n, p.kernel_problem.k) == (1500, 4544, 3456)
-    assert (p.kernel_problem.lda, p.kernel_problem.ldb) == (0, 0)
-    slice_s = repack.slice_seconds(p.problem, p.kernel_problem, hardware.H200)
-    assert slice_s > 0 and p.copy_seconds > slice_s
+    # N kept: C is computed at the caller's 1500x4501, no slice (the padded-C option, C
+    # 1500x4544 sliced, is ranked too and predicted slower).
+    assert (p.kernel_problem.m, p.kernel_problem.n, p.kernel_problem.k) == (1500, 4501, 3456)
+    assert (p.kernel_problem.lda, p.kernel_problem.ldb) == (0, 4544)
+    assert repack.slice_seconds(p.problem, p.kernel_problem, hardware.H200) == 0 and p.copy_seconds > 0
+    grown = repack.padded_problem(p.problem, pad_a=True, pad_b=True, pad_k=True)
+    assert (grown.n, grown.ldb) == (4544, 0) and repack.slice_seconds(p.problem, grown, hardware.H200) > 0
     assert p.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * p.plain_seconds
     assert jtblas.select(1500, 4501, 3399, hardware="h200") == p.config
     assert p.plain_config == jtblas.model.select_for_problem(p.problem, hardware.H200)
@@ -207,17 +212,31 @@ def test_explain_gives_both_times():
     result = jtblas.explain(1500, 4501, 3399, hardware="h200")
     assert result.plan.repacks and result.config == jtblas.select(1500, 4501, 3399, hardware="h200")
     text = result.format(top=3)
-    assert "repacked: the kernel runs 1500x4544x3456" in text and "it repacks" in text
+    assert "repacked: the kernel runs 1500x4501x3456 bfloat16 NN ldb=4544" in text and "it repacks" in text
     assert f"{result.plan.plain_seconds * 1e6:.2f} µs plain" in text
     assert f"{result.plan.predicted_seconds * 1e6:.2f} µs" in text
     assert "nothing to repack" in jtblas.explain(4096, 4096, 4096, hardware="h200").why()
 
 
+def test_explain_names_the_c_it_did_not_choose():
+    """A copy of B that keeps N (the dw of an lm head at 128 tokens) is explained beside the same
+    copy with C padded and sliced, each with its predicted time; both are real plans."""
+    p = plan(1280, 50257, 128, "TN")
+    assert p.pad_b and not p.pad_a and (p.kernel_problem.n, p.kernel_problem.ldb) == (50257, 50304)
+    grown = repack.plan_for_problem(p.problem, hardware.H200, "always")
+    text = jtblas.explain(1280, 50257, 128, transpose_a=True, hardware="h200").why()
+    assert "ldb=50304" in text and "computing C padded ([1280, 50304]) and slicing it would predict" in text
+    assert "it repacks" in text
+    padded_c = repack.padded_problem(p.problem, pad_a=False, pad_b=True, pad_k=False)
+    assert (padded_c.n, grown.kernel_problem.n) == (50304, 50304)
+
+
 def test_vocab_projection_pads_only_the_weight():
-    """N = 50257 (a vocabulary) with aligned K: only B, whose rows are N long, is copied."""
+    """N = 50257 (a vocabulary) with aligned K: only B, whose rows are N long, is copied, to
+    rows of 50304; C keeps N = 50257."""
     p = plan(4096, 50257, 4096)
     assert p.repacks and p.pad_b and not p.pad_a and p.kernel_problem.k == 4096
-    assert p.kernel_problem.n == 50304
+    assert (p.kernel_problem.n, p.kernel_problem.ldb) == (50257, 50304)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -284,14 +303,18 @@ def test_model_transposes_a_k_major_b_when_it_pays():
 
 def test_wrapped_offsets_limit_the_load_width():
     """The kernel's tile offsets wrap at N (M) and are contiguous only in runs of N's (M's)
-    power-of-two divisor: an aligned row stride alone does not make B's loads wide."""
+    power-of-two divisor; rows padded past N (M) wrap at the row stride instead (PADDED_N,
+    PADDED_M), so their aligned stride makes the loads full width."""
     config = jtblas.Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)
     constants = hardware.H200.model_constants()
-    strided = Problem(m=1024, n=2974, k=1024, ldb=3008)  # rows 16-byte aligned, N = 2 mod 8
-    assert cost.vector_bytes(strided, config, "b", constants) == 4
-    assert cost.vector_bytes(Problem(m=1024, n=3008, k=1024), config, "b", constants) == 16
+    assert cost.vector_bytes(Problem(m=1024, n=2974, k=1024), config, "b", constants) == 4  # N = 2 mod 8
+    strided = Problem(m=1024, n=2974, k=1024, ldb=3008)  # rows 16-byte aligned, padded past N
+    assert cost.vector_bytes(strided, config, "b", constants) == 16
+    assert resources.padded_rows(strided) == (False, True)
     transposed = Problem(m=1002, n=1024, k=1024, transpose_a=True, lda=1024)
-    assert cost.vector_bytes(transposed, config, "a", constants) == 4
+    assert cost.vector_bytes(transposed, config, "a", constants) == 16
+    assert resources.padded_rows(transposed) == (True, False)
+    assert resources.padded_rows(Problem(m=1002, n=2974, k=1024, transpose_a=True)) == (False, False)
 
 
 @pytest.mark.gpu
@@ -305,7 +328,7 @@ def test_repacked_large_tiles_on_gpu(transpose_a, transpose_b, rng):
     m, n, k = 1001, 2974, 1431
     a, b, reference = random_operands(rng, m, n, k, "bfloat16", transpose_a=transpose_a, transpose_b=transpose_b)
     run = product(transpose_a, transpose_b, config=None)
-    for mode in ("always", "auto") + (("transpose",) if transpose_b else ()):
+    for mode in ("always", "strides", "auto") + (("transpose",) if transpose_b else ()):
         out = forced(run, mode)(a, b)
         assert out.shape == (m, n)
         assert relative_error(out, reference) < tolerance("bfloat16", "bfloat16")
@@ -361,5 +384,5 @@ def test_select_is_one_of_the_candidates_across_the_corpus():
         assert sorted(e.config.short() for e in explained.ranked) == sorted(c.short() for c in space)
         if explained.plan.repacks:
             repacked += 1
-            assert jtblas.selection.candidates_as_stored(m, n, k, **kw) != space
+            assert explained.plan.kernel_problem != explained.plan.problem
     assert repacked >= 2  # the two named products at least

@@ -135,6 +135,34 @@ def test_shifted_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypa
         assert _spilled_bytes(config, problem, tmp_path) == 0, config
 
 
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
+def test_a_row_stride_padded_past_n_loads_b_16_bytes_at_a_time(transpose_a, tmp_path, monkeypatch):
+    """The dw of an lm head over 50257 words at 128 tokens, compiled for sm_90a (no GPU): B as
+    stored (rows 2-byte aligned) is loaded without async copies; B copied at the padded row stride
+    50304, N kept 50257 (`repack.padded_problem(pad_c=False)`), is loaded by 16-byte async copies
+    only, its offsets wrapping at the row stride (PADDED_N); the model prices both that way."""
+    import re
+
+    from jtblas.model import cost, repack
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+    stored = jtblas.Problem(m=1280, n=50257, k=128, dtype="bfloat16", out_dtype="bfloat16", transpose_a=transpose_a)
+    padded = repack.padded_problem(stored, pad_a=False, pad_b=True, pad_k=False, pad_c=False)
+    assert (padded.n, padded.ldb) == (50257, 50304)
+    config = jtblas.Config(block_m=64, block_n=256, block_k=32, num_warps=4, num_stages=5)
+    constants = hardware.H100.model_constants()
+    copies = []
+    for problem in (stored, padded):
+        ptx = _compiled(config, problem, 90).asm["ptx"]
+        copy = r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\w+)? \[[^]]*\], \[[^]]*\], (0x[0-9a-f]+|\d+)"
+        sizes = re.findall(copy, ptx)
+        copies.append([int(size, 0) for size in sizes])
+    assert cost.vector_bytes(stored, config, "b", constants) == 2
+    assert cost.vector_bytes(padded, config, "b", constants) == 16
+    assert set(copies[0]) <= {16} and set(copies[1]) == {16}  # A only, then A and B
+    assert len(copies[1]) > len(copies[0])
+
+
 @pytest.mark.parametrize("block_m,num_warps,num_stages,capability", [
     (16, 4, 4, 90),   # mma.sync on Hopper (a decode tile)
     (128, 8, 5, 90),  # wgmma

@@ -61,3 +61,34 @@ def test_only_nt_products_address_k_steps_from_their_indices():
         problem = Problem(m=100, n=80, k=96, dtype="bfloat16", out_dtype="bfloat16",
                           transpose_a=transpose_a, transpose_b=transpose_b)
         assert launch_spec(problem, config).metaparams["K_FROM_INDICES"] is expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(extent=st.integers(1, 5000), block=st.sampled_from([16, 32, 64, 128, 256]), transpose_a=st.booleans(),
+       data=st.data())
+def test_rows_padded_past_the_extent_wrap_at_the_row_stride_in_aligned_runs(extent, block, transpose_a, data):
+    """A copy whose rows are padded past N (B [K, N]) or M (A stored [K, M]) without growing them
+    (`repack.padded_problem(pad_c=False)`): the kernel wraps that operand's offsets at the row
+    stride, told in runs of its unit (PADDED_N with STRIDE_BK_UNIT, PADDED_M with STRIDE_AK_UNIT),
+    and every offset stays inside the row."""
+    stride = -(-extent // 64) * 64 + 64 * data.draw(st.integers(0, 1))
+    if stride == extent:
+        stride += 64
+    if transpose_a:
+        problem = Problem(m=extent, n=96, k=80, transpose_a=True, lda=stride)
+        flag, unit_name = "PADDED_M", "STRIDE_AK_UNIT"
+    else:
+        problem = Problem(m=96, n=extent, k=80, ldb=stride)
+        flag, unit_name = "PADDED_N", "STRIDE_BK_UNIT"
+    spec = launch_spec(problem, Config(block_m=block, block_n=block, block_k=32, num_warps=4, num_stages=3))
+    assert spec.metaparams[flag] and not spec.metaparams["PADDED_M" if flag == "PADDED_N" else "PADDED_N"]
+    unit = spec.metaparams[unit_name]
+    assert unit == 8  # 16 bytes of bf16: the padded stride is a multiple of 64 elements
+    pid = data.draw(st.integers(0, -(-extent // block) - 1))
+    offsets = wrapped_offsets(pid, block, stride)
+    runs = offsets.reshape(-1, min(unit, block))
+    assert np.all(runs[:, 0] % unit == 0) and np.all(np.diff(runs, axis=1) == 1)
+    assert offsets.max() < stride
+    plain = launch_spec(Problem(m=96, n=extent, k=80), Config(block_m=block, block_n=block, block_k=32, num_warps=4,
+                                                               num_stages=3))
+    assert not plain.metaparams["PADDED_N"] and not plain.metaparams["PADDED_M"]
