@@ -191,6 +191,17 @@ class Estimate:
         return max(parts, key=parts.get)
 
 
+def compute_bound_arrays(terms: dict[str, np.ndarray]) -> np.ndarray:
+    """Whether each candidate's `Estimate.bound` is "compute" (the tensor cores), from the terms of
+    `estimate_arrays`: the same tests in the same order."""
+    latency_side = terms["sm_latency"] > terms["sm_throughput"]
+    other_latency_bound = latency_side & ((terms["step_latency"] > terms["step_chain"])
+                                          | (terms["fill"] + terms["epilogue"] > terms["k_steps"] * terms["step_chain"])
+                                          | (terms["step_chain"] > terms["step"]))
+    return ((terms["launch"] < np.maximum(terms["sm"], terms["memory"])) & (terms["memory"] < terms["sm"])
+            & ~other_latency_bound & (terms["step_mma"] >= np.maximum(terms["step_smem"], terms["step_load"])))
+
+
 def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
                          constants: Constants = DEFAULT_CONSTANTS) -> float:
     """Seconds per FLOP on one SM's tensor cores (or FMA units) for this tile's instructions.

@@ -3,9 +3,15 @@
 Ties (equal predicted seconds, common when one bound such as DRAM bandwidth dominates) go, in
 order, to the unswapped tile (a swapped twin, `Config.swap_ab`, is picked only where it predicts
 faster: on the H200, 15 decode products whose swapped candidate tied the unswapped pick ran it
-0.90-1.06x as fast, 1.00 in geometric mean, 2026-12-01, BENCHMARKS.md at 705f18b), to the config with the
-most slack (the smaller sum of its SM-side and memory-side times, so the bound that was not
-binding is furthest away), the larger tile (higher arithmetic intensity), the larger block_k,
+0.90-1.06x as fast, 1.00 in geometric mean, 2026-12-01, BENCHMARKS.md at 705f18b), to the
+smaller shared-memory time per K step of a candidate the tensor cores bind
+(`cost.compute_bound_arrays`; any other candidate counts 0 here, so the key orders the
+compute-bound ones among themselves, after the others: of the twins 256x128x64 and 128x256x64 on
+8 warps, the first reads B once per 64-row MMA block, 20% more shared-memory traffic, and ran
+1.14x its prediction over 30 H200 products where the second ran 1.04-1.06x; on an H100 5-15%
+slower than it, 2026-12-06), to the config with the most slack
+(the smaller sum of its SM-side and memory-side times, so the bound that was not binding is
+furthest away), the larger tile (higher arithmetic intensity), the larger block_k,
 the fewer stages (less shared memory for the same time), the fewer warps, the larger group, the
 smaller split_k (less partial traffic), the pointer kernel over the TMA kernel (which the model
 predicts apart: the TMA twin's set-up per launch and shorter K step, `jtblas.constants.Constants`), and
@@ -44,10 +50,16 @@ def _estimated(problem: Problem, hardware: Hardware) -> tuple[Candidates, dict]:
 def _order(found: Candidates, terms: dict) -> np.ndarray:
     """The candidates' indices fastest first: the keys of the module doc, by one `np.lexsort`
     (its last key sorts first); the candidate order is `Candidates.order_key`."""
-    keys = (terms["predicted_seconds"], found.swap_ab, terms["sm"] + terms["memory"],
+    keys = (terms["predicted_seconds"], found.swap_ab, _compute_bound_smem(terms), terms["sm"] + terms["memory"],
             -found.block_m * found.block_n, -found.block_k, found.num_stages, found.num_warps,
             -found.group_m, found.split_k, found.tma, found.order_key())
     return np.lexsort(keys[::-1])
+
+
+def _compute_bound_smem(terms: dict) -> np.ndarray:
+    """A K step's shared-memory time where the tensor cores bind the prediction
+    (`cost.compute_bound_arrays`), else 0."""
+    return np.where(cost.compute_bound_arrays(terms), terms["step_smem"], 0.0)
 
 
 def rank(problem: Problem, hardware: Hardware) -> list[cost.Estimate]:
@@ -63,7 +75,7 @@ def winner(problem: Problem, hardware: Hardware) -> cost.Estimate:
     seconds = terms["predicted_seconds"]
     tied = np.flatnonzero(seconds == seconds.min())
     if len(tied) > 1:
-        tied_terms = {name: terms[name][tied] for name in ("predicted_seconds", "sm", "memory")}
+        tied_terms = {name: values[tied] for name, values in terms.items()}
         tied = tied[_order(found.take(tied), tied_terms)]
     return cost.estimates_of(found, terms, tied[:1])[0]
 

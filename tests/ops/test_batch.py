@@ -24,15 +24,20 @@ UNBATCHED_SETS = ("models", "odd", "deepk", "square", "misaligned")
 
 
 def _pick_name(plan: model.ProductPlan) -> str:
-    flags = "".join(f for f, on in ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +Bt", plan.transpose_b)) if on)
+    grown = (plan.kernel_problem.m, plan.kernel_problem.n) != (plan.problem.m, plan.problem.n)  # C padded, sliced
+    flags = "".join(f for f, on in ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +Bt", plan.transpose_b),
+                                    (" +C", grown)) if on)
     return plan.config.short() + flags
 
 
 def test_corpus_picks_unchanged_without_a_batch():
     """Every unbatched row of the benchmark sets keeps the pick (config and repacked operands) it
     had when `tests/data/corpus_picks.json` was written (H200, 512 products with the misaligned set;
-    last changed 2026-12-06: the 12 lm heads at M <= 16 leave the 2-warp 16x256 tile whose shifted
-    copies spill for its 4-warp twin)."""
+    " +C": C computed padded and sliced; last changed 2026-12-06: a compute-bound tie goes to the
+    tile with the smaller shared-memory time, 24 products from 256x128x64 to 128x256x64 on 8
+    warps; before that, copies of misaligned rows keep the caller's M and N, with the kernel
+    wrapping at the padded row stride: 44 picks moved, 40 of them from C padded and sliced on the
+    TMA kernel to C at the caller's shape)."""
     expected = json.loads((DATA / "corpus_picks.json").read_text())
     h200 = hardware.get("h200")
     picks = {s.key(): _pick_name(model.plan_for_problem(s.problem(), h200))
