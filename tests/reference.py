@@ -1,7 +1,10 @@
 """Float64 references and per-dtype tolerances for GEMM tests."""
 
+import importlib.util
 import itertools
 import math
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -186,3 +189,18 @@ def record_planned_problems(monkeypatch) -> list:
 
     monkeypatch.setattr(jtblas.model.repack, "plan_for_problem", recording)
     return asked
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_script(relative_path: str):
+    """The Python file at `relative_path` (from the repository root, e.g. "benchmarks/plan_probe.py")
+    imported as a module named after it, and registered in `sys.modules` (Flax modules and
+    dataclasses look their module up there)."""
+    path = ROOT / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,21 +1,13 @@
 """examples/train_mlp.py runs end to end (shortened) and learns: jtblas Dense layers, forward and
 backward, through the interpreter on CPU."""
 
-import importlib.util
-import pathlib
-import sys
-
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_mlp.py"
+from tests.reference import load_script
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("train_mlp", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # Flax modules are dataclasses, which look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/train_mlp.py")
 
 
 def test_train_mlp_short_run_learns(capsys):

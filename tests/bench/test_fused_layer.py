@@ -4,27 +4,19 @@ the jnp epilogue, the fused launch, jtblas's product then the jnp epilogue) comp
 on small stand-ins of each kind (Triton's interpreter on CPU)."""
 
 import dataclasses
-import importlib.util
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.reference import relative_error
+from tests.reference import load_script, relative_error
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "fused_layer.py"
 
 
 @pytest.fixture(scope="module")
 def fused_layer():
-    spec = importlib.util.spec_from_file_location("fused_layer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/fused_layer.py")
 
 
 def test_layer_list_covers_each_epilogue_once(fused_layer):
