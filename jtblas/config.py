@@ -26,7 +26,8 @@ MIN_BLOCK = 16
 MAX_BLOCK = 512
 INPUT_PRECISIONS = ("tf32", "ieee")
 # Most programs one tile's K loop is shared by (split-K): 256 K slices (a grid under two waves
-# never needs more; the model searches up to jtblas.model.candidates.SPLIT_K_FACTORS).
+# never needs more; the model searches jtblas.model.candidates.SPLIT_K_FACTORS). Any integer: the
+# kernel gives each split ⌈K blocks / split_k⌉ of them.
 MAX_SPLIT_K = 256
 # `Config.short()`'s form, read back by `Config.from_short`.
 _SHORT_NAME = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+) g(\d+)(?: k(\d+))?(?: p(\d+))?( swap)?( tma)?$")
@@ -64,7 +65,8 @@ class Config:
         of two ≥ 1.
       num_warps: warps per program, one of 1, 2, 4, 8, 16.
       num_stages: software-pipeline depth of the K loop (shared-memory buffers), 1 to 8.
-      split_k: number of programs sharing one tile's K loop; 1 means no split.
+      split_k: number of programs sharing one tile's K loop (each ⌈K blocks / split_k⌉ of them),
+        an int in [1, 256]; 1 means no split.
       swap_ab: compute each tile transposed, Cᵀ = Bᵀ·Aᵀ, so that the tensor cores' rows are the
         tile's block_n columns: a 16-row tile that is 64 or more columns wide and has 4 or 8 warps
         then runs wgmma instead of mma.sync on Hopper (the pointer kernel only; the same loads,
@@ -103,8 +105,8 @@ class Config:
             raise ValueError(f"Config.num_warps must be one of {VALID_NUM_WARPS}, got {self.num_warps!r}")
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"Config.num_stages must be an int in [1, 8], got {self.num_stages!r}")
-        if not _is_power_of_two(self.split_k) or self.split_k > MAX_SPLIT_K:
-            raise ValueError(f"Config.split_k must be a power of two in [1, {MAX_SPLIT_K}], got {self.split_k!r}")
+        if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ValueError(f"Config.split_k must be an int in [1, {MAX_SPLIT_K}], got {self.split_k!r}")
         if not _is_power_of_two(self.k_phases) or self.k_phases > MAX_K_PHASES:
             raise ValueError(f"Config.k_phases must be a power of two in [1, {MAX_K_PHASES}], got {self.k_phases!r}")
         if self.k_phases > 1 and (self.split_k > 1 or self.tma):

@@ -74,8 +74,16 @@ MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
 # SPLIT_K_REFERENCE_TILE² tiles than SMs. A 128x128 wgmma tile is about the smallest that keeps the
 # tensor cores busy (smaller ones are bound by shared memory, cost.step_smem), so below that count
 # some SMs idle or run inefficient tiles whatever the plain tile. Everywhere else (4096³: 1024
-# tiles) the search space is exactly the plain one.
-SPLIT_K_FACTORS = (2, 4, 8, 16, 32, 64, 128)
+# tiles) the search space is exactly the plain one. (Not 128x256, the largest tile: 72 of them
+# over 3072x768 run one wave on 55% of the SMs, and the model would split them 3 ways, but such
+# partial waves ran 0.85-0.93x their predicted time on the H200, 2026-12-06 record, where
+# full waves run 1.01-1.06x: the model's rates are full-load ones, and a GPU with idle SMs runs
+# the busy ones faster, the lead being the clock the power limit allows; docs/decisions.md.)
+# Every split from 2 to 8, then powers of two: a split exists to fill a wave, and doubling is too
+# coarse for that where a few dozen tiles meet 132 SMs (36 tiles of 128x128 over 768x768: split 2
+# fills 72 SMs, 4 needs two waves, 3 fills 108). Above 8 the splits are decode's few tiles
+# streaming a long K, where the partials, not the wave, decide.
+SPLIT_K_FACTORS = (2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128)
 SPLIT_K_REFERENCE_TILE = 128
 # Split only tiles at least SPLIT_K_MIN_BLOCK_N (64) wide, or as wide as the search allows: the
 # point of splitting is to let an efficient tile fill the SMs, and narrower ones already fill them
@@ -87,8 +95,9 @@ SPLIT_K_MIN_BLOCK_N = 64
 # Each split reduces at least 2 K blocks: with one, the pipeline never overlaps a load with an MMA.
 SPLIT_K_MIN_K_STEPS = 2
 # A split grid of tiles·split programs stays under 2 waves of one program per SM (more only adds
-# partial traffic), and of the splits that satisfy every rule only the two largest are kept: a
-# split whose grid, doubled twice, still fits these limits leaves most SMs idle and loses to them.
+# partial traffic), and of the splits that satisfy every rule only those are kept whose grid,
+# multiplied by four, no longer fits (with powers of two: the two largest): a split whose grid could
+# be four times larger leaves most SMs idle and loses to the larger splits.
 SPLIT_K_MAX_WAVES = 2
 # A split (split-K or K phases) writes batch · k_slices · M · N fp32 partials; above 1/32 of the
 # device's memory (`Hardware.memory_bytes`: 4.4 GiB on the H200, 2.5 GiB on 80 GiB GPUs) the plan

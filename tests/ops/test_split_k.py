@@ -22,7 +22,7 @@ from tests.reference import (
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 LAYOUT_IDS = ["NN", "NT", "TN", "TT"]
-SPLITS = (2, 4, 8, 16, 32)
+SPLITS = (2, 3, 4, 5, 6, 7, 8, 16, 32)
 
 
 def split_config(split_k: int, block_k: int = 16) -> jtblas.Config:
@@ -35,8 +35,9 @@ def product(a, b, config, transpose_a=False, transpose_b=False, **kwargs):
         x, y, transpose_a=transpose_a, transpose_b=transpose_b, config=config, **kwargs))(a, b)
 
 
-# M and N with tails; K = 200 is 13 blocks of 16 (a masked K tail): splits of 2 and 4 leave
-# unequal slices, 8 one empty slice, 16 and 32 more splits than K blocks.
+# M and N with tails; K = 200 is 13 blocks of 16 (a masked K tail): splits of 2 to 5 and 7 leave
+# unequal slices (3: 5, 5, 3 blocks; 7: six of 2, one of 1), 6 and 8 one empty slice, 16 and 32
+# more splits than K blocks.
 @pytest.mark.parametrize("split_k", SPLITS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_every_split_matches_float64_reference(split_k, dtype, rng):
@@ -178,6 +179,24 @@ def test_split_candidates_follow_the_rules():
         assert c.block_n >= candidates.SPLIT_K_MIN_BLOCK_N
 
 
+def test_a_split_of_three_fills_the_wave_that_two_and_four_miss():
+    """768x768x6304 TN (ViT-B/16's attention-output dw): 36 tiles of 128x128 on 132 SMs. Split 2
+    keeps 72 SMs busy, split 4 needs two waves; split 3 (108 programs) is searched and wins, with
+    each split's K steps and partials in its terms."""
+    problem = jtblas.Problem(m=768, n=768, k=6304, transpose_a=True)
+    hw = hardware.H200
+    ranked = model.select.rank(problem, hw)
+    tile = "128x128x64 w4 s5 g8"
+    by_split = {e.config.split_k: e for e in ranked if e.config.short().startswith(tile + " k") or
+                e.config.short() == tile}
+    assert {2, 3, 4} <= set(by_split)
+    assert by_split[3].programs == 108 and by_split[2].programs == 72 and by_split[4].programs == 144
+    assert by_split[3].k_steps == -(-99 // 3) and by_split[3].partial_bytes == 3 * 768 * 768 * 4
+    assert by_split[3].predicted_seconds < min(by_split[2].predicted_seconds, by_split[4].predicted_seconds)
+    assert ranked[0].config.split_k == 3
+    assert "K is split 3 ways" in jtblas.explain(768, 768, 6304, transpose_a=True, hardware="h200").why()
+
+
 def test_split_estimate_terms_and_words():
     result = jtblas.explain(256, 256, 65536, dtype="bf16", hardware="h200")
     win = result.winner
@@ -195,10 +214,12 @@ SM90_CASES = [
     ("bfloat16", "NN", dict(block_m=64, block_n=64, block_k=64, group_m=1, num_warps=4, num_stages=4, split_k=8)),
     ("float16", "TT", dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, split_k=4)),
     ("float32", "NT", dict(block_m=64, block_n=32, block_k=32, group_m=1, num_warps=4, num_stages=3, split_k=32)),
+    ("bfloat16", "TN", dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=5, split_k=3)),
 ]
 
 
-@pytest.mark.parametrize("dtype,layout,config", SM90_CASES, ids=[case[0] for case in SM90_CASES])
+@pytest.mark.parametrize("dtype,layout,config", SM90_CASES,
+                         ids=[f"{case[0]}-k{case[2]['split_k']}" for case in SM90_CASES])
 def test_split_configs_compile_for_sm90(dtype, layout, config):
     """jax-triton's real CUDA lowering (PTX for sm_90, no GPU needed): both kernels compile."""
     config = jtblas.Config(**config)
