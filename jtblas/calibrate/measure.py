@@ -8,6 +8,7 @@ What each step measures and which profile field it feeds: the table in `jtblas.c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import statistics
@@ -37,6 +38,13 @@ L2_GEMM_CONFIGS = (
     Config(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=5, group_m=8, tma=True),
 )
 
+# The tile of `Calibration.tensor_rate_vs_busy_sms`: the model's pick wherever the tensor cores
+# bind on Hopper (128x256x64 on 8 warps, 4 stages); 128x128x64 on 4 warps elsewhere.
+BUSY_SM_CONFIGS = {
+    True: Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, group_m=1),
+    False: Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, group_m=1),
+}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasurementPlan:
@@ -51,6 +59,8 @@ class MeasurementPlan:
     l2_repeats: int
     inflight_bytes: tuple[int, ...]  # bytes in flight per program (the read kernel's BLOCK·4)
     active_sms: tuple[int, ...]  # grids of the per-SM rate, clipped to the SM count (and the SM count added)
+    busy_sm_fractions: tuple[float, ...]  # SMs given one compute-bound tile each, as fractions of the SM count
+    busy_sm_k: int  # K of that product (its K steps of 64 set each tile's length)
     target_s: float  # length of one timed CUDA-graph replay
     replays: int
     clock_sample_s: float
@@ -61,13 +71,15 @@ class MeasurementPlan:
             return cls(quick=True, copy_bytes=256 * MIB, gemm_size=4096, fp32_gemm_size=4096,
                        read_buffer_bytes=512 * MIB, l2_chunk_bytes=128 * KIB, l2_repeats=16,
                        inflight_bytes=(8 * KIB, 32 * KIB, 128 * KIB), active_sms=(1, 8, 33),
+                       busy_sm_fractions=(0.25, 0.55, 1.0), busy_sm_k=8192,
                        target_s=2e-3, replays=3, clock_sample_s=0.1)
         # The copy is 256 MiB in both modes: on the H200 a 1 GiB copy measured 2.77 TB/s, warm or
         # cold, where 256 MiB (and the GEMMs' own streaming) reached 4.2.
         return cls(quick=False, copy_bytes=256 * MIB, gemm_size=8192, fp32_gemm_size=4096,
                    read_buffer_bytes=1024 * MIB, l2_chunk_bytes=128 * KIB, l2_repeats=32,
                    inflight_bytes=(8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 128 * KIB),
-                   active_sms=(1, 2, 4, 8, 16, 33, 66), target_s=10e-3, replays=5, clock_sample_s=0.3)
+                   active_sms=(1, 2, 4, 8, 16, 33, 66), busy_sm_fractions=(0.125, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0),
+                   busy_sm_k=16384, target_s=10e-3, replays=5, clock_sample_s=0.3)
 
 
 def find_gpu() -> str | None:
@@ -383,6 +395,40 @@ class Calibration:
         self.measured["per_sm_load_bytes_per_s"] = per_sm
         self.measured["sms_to_saturate_dram_read"] = max(row["bytes_per_s"] for row in rows) / per_sm
 
+    def tensor_rate_vs_busy_sms(self) -> None:
+        """One compute-bound tile per busy SM (`BUSY_SM_CONFIGS`; a bf16 product [tiles · block_m,
+        block_n, busy_sm_k], one wave) on a fraction of the SMs, up to all of them: the MMA rate per
+        busy SM, and the SM clock NVML reads meanwhile. The model's rates were measured with every SM
+        busy; a partial wave ran 0.85-0.93x its predicted time on the H200 (2026-12-06), and this
+        measures how the rate per SM depends on how many are busy (recorded only, not applied)."""
+        from jtblas.config import Problem
+        from jtblas.torch_launch import LaunchOperands, kernel_launcher
+
+        torch = self.torch
+        config = BUSY_SM_CONFIGS[self.capability >= (9, 0)]
+        k = self.plan.busy_sm_k
+        busy_counts = sorted({max(1, round(f * self.sm_count)) for f in self.plan.busy_sm_fractions})
+        b = torch.randn(k, config.block_n, device="cuda", dtype=torch.bfloat16)
+        a_all = torch.randn(config.block_m * self.sm_count, k, device="cuda", dtype=torch.bfloat16)
+        c_all = torch.empty(config.block_m * self.sm_count, config.block_n, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
+        rows = []
+        for busy in busy_counts:
+            m = config.block_m * busy
+            problem = Problem(m=m, n=config.block_n, k=k, dtype="bfloat16", out_dtype="bfloat16")
+            operands = LaunchOperands(a=[a_all[:m]], b=[b], c=[c_all[:m]], torch=torch)
+            launch = kernel_launcher(operands, problem, config)
+            launch(0)  # compiles (once: M is not specialised)
+            seconds, method = self._time(launch)
+            clocks = self._sample_clock(functools.partial(launch, 0), seconds)
+            rows.append(dict(busy_sms=busy, seconds=seconds, flops_per_s=problem.flops / seconds,
+                             flops_per_s_per_sm=problem.flops / seconds / busy,
+                             clock_hz=statistics.median(clocks) if clocks else None, method=method))
+        full = rows[-1]["flops_per_s_per_sm"]
+        for row in rows:
+            row["rate_over_all_busy"] = row["flops_per_s_per_sm"] / full
+        self.measured["tensor_rate_vs_busy_sms"] = dict(config=config.short(), k=k, rows=rows)
+
     # --- the run ----------------------------------------------------------------------------
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
@@ -399,6 +445,7 @@ class Calibration:
             ("DRAM read vs bytes in flight", self.dram_read_vs_inflight),
             ("one-SM read", self.single_sm_read),
             ("DRAM read vs active SMs", self.dram_read_vs_sms),
+            ("tensor cores vs busy SMs", self.tensor_rate_vs_busy_sms),
         ]
 
     def run(self) -> dict[str, Any]:
@@ -456,4 +503,4 @@ def _check_triton_compiles() -> None:
         raise RuntimeError("TRITON_INTERPRET is set: Triton kernels would run in the CPU interpreter")
 
 
-__all__ = ["Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "find_gpu"]
+__all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "find_gpu"]

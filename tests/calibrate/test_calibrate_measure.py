@@ -54,6 +54,11 @@ def test_calibrate_quick_end_to_end(tmp_path):
         assert 200e12 < hw.tensor_flops["bfloat16"] < 1000e12
         assert 100e12 < hw.tensor_flops["float32"] < 600e12
         assert 10e12 < hw.fp32_flops < 80e12
+    busy = profile["measured"]["tensor_rate_vs_busy_sms"]
+    assert busy["rows"][-1]["busy_sms"] == fields["sm_count"] and busy["rows"][-1]["rate_over_all_busy"] == 1.0
+    assert [row["busy_sms"] for row in busy["rows"]] == sorted({row["busy_sms"] for row in busy["rows"]})
+    # One tile per busy SM runs at the full-load rate or faster, never twice it (a wrong grid would).
+    assert all(0.9 < row["rate_over_all_busy"] < 1.6 for row in busy["rows"]), busy["rows"]
     assert f"wrote {out}" in result.stdout
     with warnings.catch_warnings():
         warnings.simplefilter("error")
