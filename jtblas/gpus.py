@@ -47,6 +47,12 @@ class Hardware:
       source: where the numbers come from (a built-in, or the calibrated profile's path and date).
       constants: calibrated values of `jtblas.constants.Constants` fields (name → value) that
         replace the model's defaults on this GPU; empty for the built-ins.
+      busy_sm_rates: ((fraction of the SMs busy, their rate over the all-busy rate), ...),
+        fractions ascending in (0, 1]: how much faster an SM runs its MMAs, shared-memory reads
+        and loads when only that fraction of the SMs has work (a grid smaller than the GPU), as
+        `jtblas calibrate` measures it (one compute-bound tile per busy SM). Empty (the
+        built-ins): the all-busy rates whatever the grid. The model interpolates between the
+        points (`jtblas.model.cost`).
     """
 
     name: str
@@ -71,6 +77,7 @@ class Hardware:
     tma: bool = False
     # 80 GiB, the A100's and H100's: a description that does not say still refuses the absurd.
     memory_bytes: int = 80 * GIB
+    busy_sm_rates: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -80,6 +87,11 @@ class Hardware:
         for dtype in ("bfloat16", "float16", "float32"):
             if self.tensor_flops.get(dtype, 0) <= 0:
                 raise ValueError(f"Hardware.tensor_flops must give a positive rate for {dtype!r}")
+        points = self.busy_sm_rates
+        if (any(len(point) != 2 or not 0 < point[0] <= 1 or not point[1] > 0 for point in points)
+                or [point[0] for point in points] != sorted({point[0] for point in points})):
+            raise ValueError("Hardware.busy_sm_rates must be (fraction in (0, 1], rate > 0) pairs with "
+                             f"ascending fractions, got {self.busy_sm_rates!r}")
         if self.smem_per_block > self.smem_per_sm:
             raise ValueError(
                 f"Hardware.smem_per_block ({self.smem_per_block}) exceeds smem_per_sm ({self.smem_per_sm})"

@@ -47,7 +47,10 @@ _INT_FIELDS = ("sm_count", "l2_bytes", "smem_per_sm", "smem_per_block", "regs_pe
                "max_regs_per_thread", "max_threads_per_sm")
 _FLOAT_FIELDS = ("clock_hz", "dram_bytes_per_s", "l2_bytes_per_s", "fp32_flops", "launch_seconds")
 HARDWARE_FIELDS = frozenset(_INT_FIELDS + _FLOAT_FIELDS
-                            + ("name", "full_name", "compute_capability", "tensor_flops", "wgmma"))
+                            + ("name", "full_name", "compute_capability", "tensor_flops", "wgmma", "busy_sm_rates"))
+# A busy-SM rate (`Hardware.busy_sm_rates`) is the SMs' rate over the all-busy one: from half it
+# (a measurement gone wrong) to twice it (an H200's boost clock is 1.13x its clock under load).
+BUSY_SM_RATE_RANGE = (0.5, 2.0)
 
 
 # Plausibility: a measured number must lie within 1/8 to 8 times the range of the built-in
@@ -268,6 +271,8 @@ def to_hardware(profile: dict[str, Any], *, origin: str) -> Hardware:
                     or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
                 raise fail(name, f"must be [major, minor], got {value!r}")
             value = (value[0], value[1])
+        elif key == "busy_sm_rates":
+            value = _busy_sm_rates(value, lambda message, name=name: fail(name, message))
         elif key == "tensor_flops":
             if not isinstance(value, dict):
                 raise fail(name, f"must be an object of dtype: FLOP/s, got {type(value).__name__}")
@@ -318,6 +323,26 @@ def _positive_number(value: Any, fail) -> float:
     if not value > 0 or value == float("inf"):
         raise fail(f"must be a positive finite number, got {value!r}")
     return float(value)
+
+
+def _busy_sm_rates(value: Any, fail) -> tuple[tuple[float, float], ...]:
+    """A profile's `busy_sm_rates`: [[fraction, rate], ...], fractions ascending in (0, 1], rates in
+    BUSY_SM_RATE_RANGE."""
+    low, high = BUSY_SM_RATE_RANGE
+    if not isinstance(value, (list, tuple)) or not value:
+        raise fail(f"must be a non-empty list of [fraction of SMs busy, rate] pairs, got {value!r}")
+    points = []
+    for point in value:
+        if (not isinstance(point, (list, tuple)) or len(point) != 2
+                or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in point)):
+            raise fail(f"must hold [fraction, rate] pairs of numbers, got {point!r}")
+        fraction, rate = float(point[0]), float(point[1])
+        if not 0 < fraction <= 1 or not low <= rate <= high:
+            raise fail(f"has {list(point)!r}: fractions must lie in (0, 1] and rates in [{low}, {high}]")
+        points.append((fraction, rate))
+    if [p[0] for p in points] != sorted({p[0] for p in points}):
+        raise fail(f"must list its fractions in ascending order, each once, got {value!r}")
+    return tuple(points)
 
 
 __all__ = ["SCHEMA", "HARDWARE_FIELDS", "PLAUSIBLE_FACTOR", "ProfileError", "driver_version", "load", "load_or_none",

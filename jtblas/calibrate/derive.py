@@ -67,6 +67,9 @@ def derive(measured: Mapping[str, Any], *, sm_count: int, base: Hardware,
     launch = measured_launch_seconds(m)
     if launch is not None:
         put("launch_seconds", launch)
+    busy = busy_sm_rates(m, sm_count)
+    if busy:
+        fields["busy_sm_rates"] = busy
     clocks = m.get("sm_clock_hz_samples") or []
     if clocks and 0.2e9 <= statistics.median(clocks) <= 4e9:
         put("clock_hz", statistics.median(clocks))
@@ -82,6 +85,24 @@ def derive(measured: Mapping[str, Any], *, sm_count: int, base: Hardware,
     return fields, constants
 
 
+def busy_sm_rates(measured: Mapping[str, Any], sm_count: int) -> list[list[float]]:
+    """`Hardware.busy_sm_rates` from the busy-SM step (`Calibration.tensor_rate_vs_busy_sms`):
+    [[busy SMs / sm_count, rate per busy SM / the all-busy rate], ...]; empty unless every row is a
+    finite rate within `profiles.BUSY_SM_RATE_RANGE` and the last row has every SM busy."""
+    rows = measured.get("tensor_rate_vs_busy_sms", {}).get("rows") or []
+    low, high = profiles.BUSY_SM_RATE_RANGE
+    points = []
+    for row in rows:
+        busy, rate = row.get("busy_sms"), row.get("rate_over_all_busy")
+        if not (isinstance(busy, int) and 0 < busy <= sm_count and isinstance(rate, (int, float))
+                and math.isfinite(rate) and low <= rate <= high):
+            return []
+        points.append([busy / sm_count, float(rate)])
+    if not points or points[-1][0] != 1.0 or [p[0] for p in points] != sorted({p[0] for p in points}):
+        return []
+    return points
+
+
 def measured_launch_seconds(measured: Mapping[str, Any]) -> float | None:
     """The launch cost (s) the measurements give: jax-triton's inside jax.jit (what jtblas.matmul
     pays), else the CUDA-graph launch. A slope of chained launches at or below zero (launches
@@ -94,4 +115,4 @@ def measured_launch_seconds(measured: Mapping[str, Any]) -> float | None:
     return None
 
 
-__all__ = ["derive", "measured_launch_seconds", "profile"]
+__all__ = ["busy_sm_rates", "derive", "measured_launch_seconds", "profile"]

@@ -400,7 +400,7 @@ class Calibration:
         block_n, busy_sm_k], one wave) on a fraction of the SMs, up to all of them: the MMA rate per
         busy SM, and the SM clock NVML reads meanwhile. The model's rates were measured with every SM
         busy; a partial wave ran 0.85-0.93x its predicted time on the H200 (2026-12-06), and this
-        measures how the rate per SM depends on how many are busy (recorded only, not applied)."""
+        measures how the rate per SM depends on how many are busy (`Hardware.busy_sm_rates`)."""
         from jtblas.config import Problem
         from jtblas.torch_launch import LaunchOperands, kernel_launcher
 

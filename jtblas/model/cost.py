@@ -521,6 +521,14 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     tiles_per_sm = -(-grid // sms)
     waves = -(-grid // (sms * programs))
     active_sms = np.minimum(grid, sms)
+    if hardware.busy_sm_rates:
+        # A grid smaller than the GPU runs its SMs faster (`Hardware.busy_sm_rates`, measured by
+        # `jtblas calibrate`): every clocked rate of the SM side scales by the busy fraction's rate.
+        fractions, rates = zip(*hardware.busy_sm_rates)
+        speed = np.interp(active_sms / sms, fractions, rates)
+        clock = clock * speed
+    else:
+        speed = 1.0
     padded_flops = 2.0 * grid * bm * bn * k_steps * bk
     padding_waste = 1.0 - problem.flops / padded_flops
 
@@ -541,7 +549,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
             rate = np.where(wgmma, rate, rate * constants.mma_sync_fraction_on_wgmma_gpu)
             if problem.transpose_b and not problem.transpose_a:
                 rate = np.where(wgmma & ~tma, rate * constants.k_major_b_efficiency, rate)
-    step_mma = 2.0 * bm * bn * bk * (sms / rate)
+    step_mma = 2.0 * bm * bn * bk * (sms / (rate * speed))
     # Shared memory: the MMA operand reads plus the async copies writing the next stage.
     swapped = swap.any()
     rows, columns = (np.where(swap, bn, bm), np.where(swap, bm, bn)) if swapped else (bm, bn)

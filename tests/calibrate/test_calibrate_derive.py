@@ -96,3 +96,30 @@ def test_launch_seconds_falls_back_when_the_jit_slope_measures_nothing(measured,
     """The profile's launch_seconds is jax-triton's launch under jax.jit when its slope is
     positive, else the CUDA-graph launch, else absent (never a zero or negative cost)."""
     assert measured_launch_seconds(measured) == expected
+
+
+def _busy_rows(*pairs):
+    return {"tensor_rate_vs_busy_sms": {"rows": [{"busy_sms": busy, "rate_over_all_busy": rate}
+                                                 for busy, rate in pairs]}}
+
+
+def test_busy_sm_rates_from_the_busy_sm_step():
+    """Busy SMs over the SM count against the rate over the all-busy one; the profile loads it as
+    `Hardware.busy_sm_rates`."""
+    run = dict(H200_RUN, **_busy_rows((33, 1.14), (73, 1.12), (132, 1.0)))
+    fields, _ = derive.derive(run, sm_count=132, base=gpus.H200)
+    assert fields["busy_sm_rates"] == [[0.25, 1.14], [73 / 132, 1.12], [1.0, 1.0]]
+    hw = profiles.to_hardware(_profile(run), origin="a test")
+    assert hw.busy_sm_rates == ((0.25, 1.14), (73 / 132, 1.12), (1.0, 1.0))
+
+
+@pytest.mark.parametrize("pairs", [
+    ((33, 1.14), (73, 1.12)),             # no all-busy row
+    ((33, math.nan), (132, 1.0)),         # not a number
+    ((33, 3.0), (132, 1.0)),              # outside BUSY_SM_RATE_RANGE
+    ((73, 1.1), (33, 1.1), (132, 1.0)),   # not ascending
+    ((0, 1.1), (132, 1.0)),               # no SM busy
+])
+def test_busy_sm_rates_need_every_row_sound(pairs):
+    fields, _ = derive.derive(dict(H200_RUN, **_busy_rows(*pairs)), sm_count=132, base=gpus.H200)
+    assert "busy_sm_rates" not in fields

@@ -185,6 +185,26 @@ def test_compute_bound_ties_go_to_the_tile_reading_less_shared_memory(gpu):
             assert flags[index] == (estimate.bound == "compute"), estimate.config.short()
 
 
+def test_busy_sm_rates_speed_up_only_grids_smaller_than_the_gpu():
+    """`Hardware.busy_sm_rates` (what `jtblas calibrate` measures): a one-wave grid on 72 of 132
+    SMs runs its clocked SM-side rates faster by the interpolated rate; a grid that fills the GPU,
+    and the memory side, are unchanged; the built-ins have no curve."""
+    assert all(hw.busy_sm_rates == () for hw in (hardware.H200, hardware.H100, hardware.A100))
+    curve = ((0.25, 1.2), (0.5, 1.15), (1.0, 1.0))
+    fast = dataclasses.replace(hardware.H200, busy_sm_rates=curve, source="a test")
+    config = jtblas.Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4)
+    partial = Problem(m=3072, n=768, k=8192, transpose_a=True)  # 72 tiles
+    full = Problem(m=4096, n=4096, k=4096)  # 512 tiles
+    rate = 1.15 + (72 / 132 - 0.5) / 0.5 * (1.0 - 1.15)
+    before, after = (cost.estimate(config, partial, hw) for hw in (hardware.H200, fast))
+    assert after.active_sms == 72 and after.step_mma == pytest.approx(before.step_mma / rate, rel=1e-12)
+    assert after.step_smem == pytest.approx(before.step_smem / rate, rel=1e-12)
+    assert after.sm < before.sm and (after.dram, after.l2) == (before.dram, before.l2)
+    assert cost.estimate(config, full, fast) == cost.estimate(config, full, hardware.H200)
+    with pytest.raises(ValueError, match="busy_sm_rates"):
+        dataclasses.replace(hardware.H200, busy_sm_rates=((1.0, 1.0), (0.5, 1.1)))
+
+
 def test_hopper_rules():
     hw = hardware.H200
     problem = Problem(m=4096, n=4096, k=4096)
