@@ -15,9 +15,16 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from jtblas import hardware
 from jtblas.bench import report as torch_report
+from jtblas.config import Config
 
 WORST = 10
+# Plans by kind, for how the model's predictions held (`model_accuracy`), in report order; and the
+# predicted time below which a product is mostly launch and fill (the per-call costs of a jitted
+# loop weigh there, docs/model.md), reported apart.
+PLAN_KINDS = ("pointer", "TMA", "split-K", "K phases", "repacked")
+SHORT_PREDICTION_S = 20e-6
 
 
 def geomean(values) -> float | None:
@@ -70,11 +77,71 @@ def summary(results: dict) -> dict:
         regimes={k: stats(v) for k, v in sorted(by_regime.items())},
         family_regimes={f"{f} {g}": stats(v) for (f, g), v in sorted(by_family_regime.items())},
         worst=[_brief(r) for r in worst],
+        model=model_accuracy(timed, results.get("meta", {}).get("hardware_model")),
         errors=[dict(key=r["key"], names=r["names"][:3], error=r.get("error") or _contender_errors(r))
                 for r in products if r.get("error") or not r.get("speedup")],
         products=len(products),
         rows=sum(len(r["names"]) for r in products),
     )
+
+
+def model_accuracy(timed: list[dict], hardware_name: str | None) -> list[dict]:
+    """Measured ÷ predicted time of the model's plans (jtblas's through-JAX time over the plan's
+    `predicted_s`), by plan kind (`plan_kind`), by whether the kernel's grid fills the GPU (one
+    partial wave: fewer programs than SMs of `hardware_name`; not split for an unknown GPU) and by
+    predicted time (under SHORT_PREDICTION_S or not): count, median, 10th and 90th percentiles.
+    Groups with no product are left out."""
+    try:
+        sm_count = hardware.get(hardware_name).sm_count if hardware_name else None
+    except ValueError:  # a description this jtblas does not have: no grid split
+        sm_count = None
+    groups = defaultdict(list)
+    for record in timed:
+        plan = record.get("plan", {})
+        predicted, measured = plan.get("predicted_s"), record["contenders"]["jtblas"].get("seconds")
+        if not (predicted and measured and plan.get("config")):
+            continue
+        fill = None if sm_count is None else _programs(record, plan["config"]) < sm_count
+        groups[(plan_kind(plan), fill, predicted < SHORT_PREDICTION_S)].append(measured / predicted)
+    order = {kind: i for i, kind in enumerate(PLAN_KINDS)}
+    rows = []
+    for kind, partial, short in sorted(groups, key=lambda g: (order[g[0]], g[1] is True, g[2])):
+        ratios = sorted(groups[kind, partial, short])
+        words = [kind] + ([] if partial is None else ["one partial wave" if partial else "fills the GPU"])
+        length = f"{SHORT_PREDICTION_S * 1e6:.0f} µs"
+        words.append(f"under {length}" if short else f"{length} or more")
+        rows.append(dict(plans=", ".join(words), count=len(ratios), median=_quantile(ratios, 0.5),
+                         p10=_quantile(ratios, 0.1), p90=_quantile(ratios, 0.9)))
+    return rows
+
+
+def plan_kind(plan: dict) -> str:
+    """One of PLAN_KINDS: copies first (repacked), then K phases, split-K, the TMA kernel, else
+    the pointer kernel."""
+    config = Config.from_short(plan["config"])
+    if plan.get("repack"):
+        return "repacked"
+    if config.k_phases > 1:
+        return "K phases"
+    if config.split_k > 1:
+        return "split-K"
+    return "TMA" if config.tma else "pointer"
+
+
+def _programs(record: dict, config_text: str) -> int:
+    """Programs of the product's kernel: tiles of the caller's M and N (a batch's too), times the
+    split or the K phases."""
+    config = Config.from_short(config_text)
+    tiles = -(-record["M"] // config.block_m) * -(-record["N"] // config.block_n) * record.get("batch", 1)
+    return tiles * config.k_slices
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, linearly interpolated."""
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _rows(record: dict) -> list[tuple[str, str]]:
@@ -151,6 +218,13 @@ def markdown(results: dict, model_steps: dict | None = None, torch_results: dict
             "| product | rows (first) | jtblas µs | XLA µs | jtblas ÷ XLA | plan |", "|---|---|---|---|---|---|"]
     out += [f"| {w['key']} | {', '.join(w['names'])} | {w['jtblas_us']:.1f} | {w['xla_us']:.1f} | "
             f"{w['speedup']:.2f} | {w['plan']} |" for w in s["worst"]] + [""]
+    if s["model"]:
+        out += ["## How the model's predictions held", "",
+                "jtblas's measured time ÷ the time the model predicted for its plan (> 1: slower than "
+                "predicted), by plan kind, by whether the grid fills the GPU and by predicted length.", "",
+                "| plans | products | median | 10th percentile | 90th percentile |", "|---|---|---|---|---|"]
+        out += [f"| {m['plans']} | {m['count']} | {m['median']:.2f} | {m['p10']:.2f} | {m['p90']:.2f} |"
+                for m in s["model"]] + [""]
     if s["errors"]:
         out += ["## Not timed", ""] + [f"- {e['key']} ({', '.join(e['names'])}): {e['error']}" for e in s["errors"]]
         out += [""]

@@ -529,6 +529,37 @@ def test_report_statistics_on_known_inputs():
     assert "geomean 0.95 over 4 products (50% below 0.9, 50% below 1.0" in text
 
 
+def test_model_accuracy_by_plan_kind_grid_and_length():
+    """Measured ÷ predicted by plan kind, by whether the grid fills the 132 SMs of an H200, and by
+    predicted length; the markdown shows the table."""
+    def record(key, m, n, config, repack, predicted_us, measured_us):
+        return dict(key=key, names=[key], families=["f"], regimes=["r"], M=m, N=n, K=64, batch=1, flops=2 * m * n * 64,
+                    plan=dict(config=config, repack=repack, predicted_s=predicted_us * 1e-6),
+                    contenders=dict(jtblas=dict(seconds=measured_us * 1e-6), xla=dict(seconds=1e-5)), speedup=1.0)
+    timed = [
+        record("a", 3072, 768, "128x256x64 w8 s4 g8", None, 100.0, 86.0),           # 72 tiles: partial
+        record("b", 4096, 4096, "128x256x64 w8 s4 g8 tma", None, 100.0, 104.0),     # 512 tiles
+        record("c", 768, 768, "128x128x64 w4 s5 g8 k3", None, 25.0, 27.5),          # 108 programs
+        record("d", 768, 768, "128x128x64 w4 s5 g8 k3", None, 10.0, 15.0),          # short
+        record("e", 1, 50257, "16x256x64 w4 s3 g1 p4", None, 30.0, 45.0),           # 197 tiles x 4
+        record("f", 2048, 50257, "128x256x64 w8 s4 g8", "B", 500.0, 550.0),         # repacked
+        record("g", 3072, 768, "128x256x64 w8 s4 g8", None, 100.0, 90.0),
+    ]
+    rows = {row["plans"]: row for row in jax_report.model_accuracy(timed, "h200")}
+    assert list(rows) == ["pointer, one partial wave, 20 µs or more", "TMA, fills the GPU, 20 µs or more",
+                          "split-K, one partial wave, 20 µs or more", "split-K, one partial wave, under 20 µs",
+                          "K phases, fills the GPU, 20 µs or more", "repacked, fills the GPU, 20 µs or more"]
+    partial = rows["pointer, one partial wave, 20 µs or more"]
+    assert partial["count"] == 2 and partial["median"] == pytest.approx(0.88)
+    assert (partial["p10"], partial["p90"]) == (pytest.approx(0.864), pytest.approx(0.896))
+    assert rows["K phases, fills the GPU, 20 µs or more"]["median"] == pytest.approx(1.5)
+    unknown = jax_report.model_accuracy(timed, None)
+    assert {row["plans"] for row in unknown} >= {"pointer, 20 µs or more", "repacked, 20 µs or more"}
+    text = jax_report.markdown(dict(meta=dict(hardware_model="h200"), products=timed))
+    assert "## How the model's predictions held" in text
+    assert "| K phases, fills the GPU, 20 µs or more | 1 | 1.50 |" in text
+
+
 def test_report_only_merges_parts_with_model_steps(tmp_path):
     whole = _products([(["a"], 0.5), (["b"], 2.0), (["b"], 1.25)])
     parts = []
