@@ -34,7 +34,7 @@ ACTIVATIONS = [None, *jtblas.ACTIVATIONS]
 CONFIGS = {
     "plain": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2),
     "swapped": Config(block_m=16, block_n=64, block_k=16, group_m=1, num_warps=4, num_stages=2, swap_ab=True),
-    "split_k": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, split_k=2),
+    "split_k": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, split_k=3),
     "k_phases": Config(block_m=32, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2, k_phases=2),
 }
 

@@ -101,7 +101,7 @@ def draw(index: int, seed: int = SEED) -> Case:
         if config is not None and rng.random() < 0.25:
             # The model splits K only for deep K; forced here onto these short loops (a split
             # with no K step left is run too: its partial is zeros).
-            config = dataclasses.replace(config, split_k=int(rng.choice([2, 4])), k_phases=1)
+            config = dataclasses.replace(config, split_k=int(rng.choice([2, 3, 4])), k_phases=1)
             problem = jtblas.Problem(m=rows, n=n, k=k, dtype=dtype, out_dtype=dtype,
                                      transpose_a=transpose_a, transpose_b=transpose_b)
             try:
