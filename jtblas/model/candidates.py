@@ -78,7 +78,8 @@ MMA_SYNC_MAX_M_ON_WGMMA_GPU = 127
 # over 3072x768 run one wave on 55% of the SMs, and the model would split them 3 ways, but such
 # partial waves ran 0.85-0.93x their predicted time on the H200, 2026-12-06 record, where
 # full waves run 1.01-1.06x: the model's rates are full-load ones, and a GPU with idle SMs runs
-# the busy ones faster, the lead being the clock the power limit allows; docs/decisions.md.)
+# the busy ones faster, the lead being the clock the power limit allows, a curve the built-in
+# descriptions do not have yet, `Hardware.busy_sm_rates`; docs/decisions.md.)
 # Every split from 2 to 8, then powers of two: a split exists to fill a wave, and doubling is too
 # coarse for that where a few dozen tiles meet 132 SMs (36 tiles of 128x128 over 768x768: split 2
 # fills 72 SMs, 4 needs two waves, 3 fills 108). Above 8 the splits are decode's few tiles
