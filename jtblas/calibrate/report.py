@@ -36,6 +36,9 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         DEFAULT_CONSTANTS.load_bytes_per_clock, 1.0, "{:.1f}")
     row("loaded memory latency, µs (model constant)", constants.get("memory_latency_seconds"),
         DEFAULT_CONSTANTS.memory_latency_seconds, 1e-6)
+    # The built-ins run every grid at the all-busy rate (1.00); the ratio column is the rate itself.
+    for fraction, rate in fields.get("busy_sm_rates", [])[:-1]:
+        row(f"SM rate with {100 * fraction:.0f}% of the SMs busy (x all busy)", rate, 1.0, 1.0)
     return rows
 
 

@@ -11,3 +11,12 @@ def test_comparison_table_of_a_profile():
     text = report.format_table(report.comparison_rows(profile))
     assert "DRAM bandwidth" in text and "4.10" in text and "4.30" in text and "0.95" in text
     assert "32.0" in text and "64.0" in text
+
+
+def test_busy_sm_rates_are_listed_against_the_all_busy_rate():
+    profile = profiles.make(device="NVIDIA H200", driver="570.124.06", base="h200",
+                            hardware=dict(busy_sm_rates=[[0.25, 1.14], [0.55, 1.12], [1.0, 1.0]]))
+    rows = report.comparison_rows(profile)
+    busy = [row for row in rows if row[0].startswith("SM rate with")]
+    assert busy == [("SM rate with 25% of the SMs busy (x all busy)", "1.14", "1.00", "1.14"),
+                    ("SM rate with 55% of the SMs busy (x all busy)", "1.12", "1.00", "1.12")]
