@@ -234,10 +234,12 @@ def test_split_configs_compile_for_sm90(dtype, layout, config):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
-@pytest.mark.parametrize("m,n,k,dtype", [(256, 256, 16384, "bfloat16"), (120, 130, 20011, "float16")])
+@pytest.mark.parametrize("m,n,k,dtype", [(256, 256, 16384, "bfloat16"), (120, 130, 20011, "float16"),
+                                         (768, 768, 6304, "bfloat16")])
 def test_split_picks_on_the_gpu(transpose_a, transpose_b, m, n, k, dtype, rng):
-    """The model's split-K pick for a deep-K shape, on the CUDA device, against float64; and the
-    same bits on a second run (the fixed-order reduction)."""
+    """The model's split-K pick for a deep-K shape (768x768x6304: 36 tiles, split 3 ways),
+    on the CUDA device, against float64; and the same bits on a second run (the fixed-order
+    reduction)."""
     config = jtblas.select(m, n, k, dtype=dtype, transpose_a=transpose_a, transpose_b=transpose_b)
     assert config.split_k > 1, config
     a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
@@ -250,7 +252,7 @@ def test_split_picks_on_the_gpu(transpose_a, transpose_b, m, n, k, dtype, rng):
 
 
 # Opt-in atomic split-K (deterministic=False): the splits add fp32 partials into a zeroed buffer.
-ATOMIC_CASES = [(split, dtype, layout) for split in (2, 4, 8) for dtype in ("float32", "bfloat16")
+ATOMIC_CASES = [(split, dtype, layout) for split in (2, 3, 4, 8) for dtype in ("float32", "bfloat16")
                 for layout in (LAYOUTS[(split + len(dtype)) % 4], LAYOUTS[(split + len(dtype) + 1) % 4])]
 
 
