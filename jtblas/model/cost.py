@@ -176,30 +176,40 @@ class Estimate:
         the K loop, that no other program overlaps); mma+smem (one program's warps take turns between
         MMAs and shared-memory reads, `mma_and_smem_take_turns`); compute, smem, load-port (the busiest
         SM's per-step resources)."""
-        if self.launch >= max(self.sm, self.memory):
-            return "launch"
-        if self.memory >= self.sm:
-            return "dram" if self.dram >= self.l2 else "l2"
-        if self.sm_latency > self.sm_throughput:
-            if self.step_latency > self.step_chain:
-                return "latency"
-            if self.fill + self.epilogue > self.k_steps * self.step_chain:
-                return "fill"
-            if self.step_chain > self.step:
-                return "mma+smem"
-        parts = {"compute": self.step_mma, "smem": self.step_smem, "load-port": self.step_load}
-        return max(parts, key=parts.get)
+        return str(bounds_arrays({name: getattr(self, name) for name in _BOUND_TERMS}))
+
+
+# The terms `bounds_arrays` reads.
+_BOUND_TERMS = ("launch", "sm", "memory", "dram", "l2", "sm_latency", "sm_throughput", "step_latency",
+                "step_chain", "step", "fill", "epilogue", "k_steps", "step_mma", "step_smem", "step_load")
+
+
+def bounds_arrays(terms: dict) -> np.ndarray:
+    """`Estimate.bound` of each candidate, from the terms of `estimate_arrays` (or one estimate's
+    scalars): the first that holds of launch, dram / l2, latency, fill, mma+smem (those three only
+    where the per-tile latency exceeds the throughput), then the largest per-step resource, compute,
+    smem or load-port, in that order on ties."""
+    t = {name: np.asarray(terms[name]) for name in _BOUND_TERMS}
+    latency_side = t["sm_latency"] > t["sm_throughput"]
+    memory_side = t["memory"] >= t["sm"]
+    conditions = [
+        t["launch"] >= np.maximum(t["sm"], t["memory"]),
+        memory_side & (t["dram"] >= t["l2"]),
+        memory_side,
+        latency_side & (t["step_latency"] > t["step_chain"]),
+        latency_side & (t["fill"] + t["epilogue"] > t["k_steps"] * t["step_chain"]),
+        latency_side & (t["step_chain"] > t["step"]),
+        (t["step_mma"] >= t["step_smem"]) & (t["step_mma"] >= t["step_load"]),
+        t["step_smem"] >= t["step_load"],
+    ]
+    choices = ["launch", "dram", "l2", "latency", "fill", "mma+smem", "compute", "smem"]
+    return np.select(conditions, choices, default="load-port")
 
 
 def compute_bound_arrays(terms: dict[str, np.ndarray]) -> np.ndarray:
     """Whether each candidate's `Estimate.bound` is "compute" (the tensor cores), from the terms of
-    `estimate_arrays`: the same tests in the same order."""
-    latency_side = terms["sm_latency"] > terms["sm_throughput"]
-    other_latency_bound = latency_side & ((terms["step_latency"] > terms["step_chain"])
-                                          | (terms["fill"] + terms["epilogue"] > terms["k_steps"] * terms["step_chain"])
-                                          | (terms["step_chain"] > terms["step"]))
-    return ((terms["launch"] < np.maximum(terms["sm"], terms["memory"])) & (terms["memory"] < terms["sm"])
-            & ~other_latency_bound & (terms["step_mma"] >= np.maximum(terms["step_smem"], terms["step_load"])))
+    `estimate_arrays` (`bounds_arrays`)."""
+    return bounds_arrays(terms) == "compute"
 
 
 def mma_seconds_per_flop(config: Config, problem: Problem, hardware: Hardware,
@@ -693,4 +703,4 @@ def predicted_seconds(config: Config, problem: Problem, hardware: Hardware,
 __all__ = ["Constants", "DEFAULT_CONSTANTS", "Estimate", "estimate", "estimate_arrays", "estimates_of",
            "predicted_seconds",
            "mma_seconds_per_flop", "loads_in_flight", "mma_and_smem_take_turns", "vector_bytes",
-           "swizzle_efficiency", "dram_operand_bytes", "reduction_seconds"]
+           "swizzle_efficiency", "dram_operand_bytes", "reduction_seconds", "bounds_arrays", "compute_bound_arrays"]
