@@ -272,7 +272,7 @@ def to_hardware(profile: dict[str, Any], *, origin: str) -> Hardware:
                 raise fail(name, f"must be [major, minor], got {value!r}")
             value = (value[0], value[1])
         elif key == "busy_sm_rates":
-            value = _busy_sm_rates(value, lambda message, name=name: fail(name, message))
+            value = checked_busy_sm_rates(value, lambda message, name=name: fail(name, message))
         elif key == "tensor_flops":
             if not isinstance(value, dict):
                 raise fail(name, f"must be an object of dtype: FLOP/s, got {type(value).__name__}")
@@ -325,9 +325,9 @@ def _positive_number(value: Any, fail) -> float:
     return float(value)
 
 
-def _busy_sm_rates(value: Any, fail) -> tuple[tuple[float, float], ...]:
-    """A profile's `busy_sm_rates`: [[fraction, rate], ...], fractions ascending in (0, 1], rates in
-    BUSY_SM_RATE_RANGE."""
+def checked_busy_sm_rates(value: Any, fail=ValueError) -> tuple[tuple[float, float], ...]:
+    """`busy_sm_rates` as `Hardware` holds them, from a profile's [[fraction, rate], ...]:
+    fractions ascending in (0, 1], rates in BUSY_SM_RATE_RANGE; else raises `fail(message)`."""
     low, high = BUSY_SM_RATE_RANGE
     if not isinstance(value, (list, tuple)) or not value:
         raise fail(f"must be a non-empty list of [fraction of SMs busy, rate] pairs, got {value!r}")
@@ -345,6 +345,6 @@ def _busy_sm_rates(value: Any, fail) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
-__all__ = ["SCHEMA", "HARDWARE_FIELDS", "PLAUSIBLE_FACTOR", "ProfileError", "driver_version", "load", "load_or_none",
-           "plausible_range",
+__all__ = ["SCHEMA", "HARDWARE_FIELDS", "PLAUSIBLE_FACTOR", "ProfileError", "checked_busy_sm_rates", "driver_version",
+           "load", "load_or_none", "plausible_range",
            "make", "profile_dir", "profile_path", "read", "save", "to_hardware"]

@@ -87,20 +87,19 @@ def derive(measured: Mapping[str, Any], *, sm_count: int, base: Hardware,
 
 def busy_sm_rates(measured: Mapping[str, Any], sm_count: int) -> list[list[float]]:
     """`Hardware.busy_sm_rates` from the busy-SM step (`Calibration.tensor_rate_vs_busy_sms`):
-    [[busy SMs / sm_count, rate per busy SM / the all-busy rate], ...]; empty unless every row is a
-    finite rate within `profiles.BUSY_SM_RATE_RANGE` and the last row has every SM busy."""
+    [[busy SMs / sm_count, rate per busy SM / the all-busy rate], ...]; empty unless every row has
+    a busy count in [1, sm_count], the last row every SM busy, and the points pass the profile's
+    own check (`profiles.checked_busy_sm_rates`: finite rates in range, ascending fractions)."""
     rows = measured.get("tensor_rate_vs_busy_sms", {}).get("rows") or []
-    low, high = profiles.BUSY_SM_RATE_RANGE
-    points = []
-    for row in rows:
-        busy, rate = row.get("busy_sms"), row.get("rate_over_all_busy")
-        if not (isinstance(busy, int) and 0 < busy <= sm_count and isinstance(rate, (int, float))
-                and math.isfinite(rate) and low <= rate <= high):
-            return []
-        points.append([busy / sm_count, float(rate)])
-    if not points or points[-1][0] != 1.0 or [p[0] for p in points] != sorted({p[0] for p in points}):
+    if not rows or any(not isinstance(row.get("busy_sms"), int) or not 0 < row["busy_sms"] <= sm_count
+                       for row in rows) or rows[-1]["busy_sms"] != sm_count:
         return []
-    return points
+    points = [[row["busy_sms"] / sm_count, row.get("rate_over_all_busy")] for row in rows]
+    try:
+        profiles.checked_busy_sm_rates(points)
+    except ValueError:
+        return []
+    return [[fraction, float(rate)] for fraction, rate in points]
 
 
 def measured_launch_seconds(measured: Mapping[str, Any]) -> float | None:
