@@ -104,6 +104,11 @@ class ProductPlan:
     def repacks(self) -> bool:
         return self.pad_a or self.pad_b
 
+    @property
+    def c_padded(self) -> bool:
+        """The kernel computes C padded (a copy grew its M or N), then it is sliced."""
+        return (self.kernel_problem.m, self.kernel_problem.n) != (self.problem.m, self.problem.n)
+
     def stored_shape(self, operand: str, *, padded: bool) -> tuple[int, int]:
         """(rows, row stride) of A or B as stored: the caller's, or the padded copy's."""
         return stored_shape(self.kernel_problem if padded else self.problem, operand)
@@ -296,11 +301,11 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
     # The same copies with C the other way (kept at the caller's shape, or padded and sliced).
     twins = [p for p in candidates if (p.pad_a, p.pad_b, p.transpose_b) == (repacked.pad_a, repacked.pad_b,
                                                                             repacked.transpose_b)
-             and _c_padded(p) != _c_padded(repacked)]
+             and p.c_padded != repacked.c_padded]
     if twins:
         twin = min(twins, key=lambda p: p.predicted_seconds)
         words += (f"; computing C padded ({_c_shape(twin)}) and slicing it would predict "
-                  if _c_padded(twin) else f"; keeping C at the caller's {_c_shape(twin)} would predict ")
+                  if twin.c_padded else f"; keeping C at the caller's {_c_shape(twin)} would predict ")
         words += f"{_us(twin.predicted_seconds)} ({twin.config.short()})"
     if mode != "auto":
         return dataclasses.replace(repacked, reason=f"{words}: repacking forced ({mode})")
@@ -309,11 +314,6 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
     return dataclasses.replace(
         best, reason=f"{words}: no repacking (it needs a {100 * REPACK_MIN_GAIN:.0f}% predicted gain)"
     )
-
-
-def _c_padded(plan: ProductPlan) -> bool:
-    """Whether the plan computes C padded (its kernel's M or N grown by a copy), then slices it."""
-    return (plan.kernel_problem.m, plan.kernel_problem.n) != (plan.problem.m, plan.problem.n)
 
 
 def _c_shape(plan: ProductPlan) -> str:

@@ -24,9 +24,8 @@ UNBATCHED_SETS = ("models", "odd", "deepk", "square", "misaligned")
 
 
 def _pick_name(plan: model.ProductPlan) -> str:
-    grown = (plan.kernel_problem.m, plan.kernel_problem.n) != (plan.problem.m, plan.problem.n)  # C padded, sliced
     flags = "".join(f for f, on in ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +Bt", plan.transpose_b),
-                                    (" +C", grown)) if on)
+                                    (" +C", plan.c_padded)) if on)
     return plan.config.short() + flags
 
 
