@@ -101,8 +101,10 @@ def model_accuracy(timed: list[dict], hardware_name: str | None) -> list[dict]:
         predicted, measured = plan.get("predicted_s"), record["contenders"]["jtblas"].get("seconds")
         if not (predicted and measured and plan.get("config")):
             continue
-        fill = None if sm_count is None else _programs(record, plan["config"]) < sm_count
-        groups[(plan_kind(plan), fill, predicted < SHORT_PREDICTION_S)].append(measured / predicted)
+        config = Config.from_short(plan["config"])
+        fill = None if sm_count is None else _programs(record, config) < sm_count
+        groups[(plan_kind(config, plan.get("repack")), fill, predicted < SHORT_PREDICTION_S)].append(
+            measured / predicted)
     order = {kind: i for i, kind in enumerate(PLAN_KINDS)}
     rows = []
     for kind, partial, short in sorted(groups, key=lambda g: (order[g[0]], g[1] is True, g[2])):
@@ -115,11 +117,10 @@ def model_accuracy(timed: list[dict], hardware_name: str | None) -> list[dict]:
     return rows
 
 
-def plan_kind(plan: dict) -> str:
-    """One of PLAN_KINDS: copies first (repacked), then K phases, split-K, the TMA kernel, else
-    the pointer kernel."""
-    config = Config.from_short(plan["config"])
-    if plan.get("repack"):
+def plan_kind(config: Config, repack: str | None) -> str:
+    """One of PLAN_KINDS for a plan's config and its repack (the record's "AB", "B", ... or None):
+    copies first (repacked), then K phases, split-K, the TMA kernel, else the pointer kernel."""
+    if repack:
         return "repacked"
     if config.k_phases > 1:
         return "K phases"
@@ -128,10 +129,9 @@ def plan_kind(plan: dict) -> str:
     return "TMA" if config.tma else "pointer"
 
 
-def _programs(record: dict, config_text: str) -> int:
+def _programs(record: dict, config: Config) -> int:
     """Programs of the product's kernel: tiles of the caller's M and N (a batch's too), times the
     split or the K phases."""
-    config = Config.from_short(config_text)
     tiles = -(-record["M"] // config.block_m) * -(-record["N"] // config.block_n) * record.get("batch", 1)
     return tiles * config.k_slices
 
