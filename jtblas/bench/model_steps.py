@@ -475,7 +475,9 @@ def _method(rounds: int, repeats: int | None = None) -> str:
         "carries the donated params and AdamW state, decoding the donated KV cache with the position advancing "
         "(wrapping at the cache length) and a fixed input token, inference re-runs the same batch; generate "
         f"dispatches calls of a jitted lax.fori_loop of {GENERATE_TOKENS} greedy one-token steps and divides "
-        "the per-call slope by the tokens. "
+        "the per-call slope by the tokens. dispatch_seconds = the host's time to dispatch one step (the 2R loop "
+        "until its last dispatch returns, over 2R; median over rounds): near the step's time, the host and "
+        "not the GPU sets the pace. "
         f"A round whose slope is <= 0 is re-timed with R doubled (up to {MAX_RETRIES} times). "
         f"Median over {rounds} round(s), flax then jtblas in even rounds and the reverse in odd ones. "
         "first_call_s = wall time of the first call with block_until_ready (tracing, XLA compilation, jtblas "
@@ -484,13 +486,15 @@ def _method(rounds: int, repeats: int | None = None) -> str:
     )
 
 
-def _time_loop(advance: Callable[[Any], Any], state: Any, n: int) -> tuple[float, Any]:
-    """Seconds for `n` dispatches of `advance` plus the wait for the last; returns the new state."""
+def _time_loop(advance: Callable[[Any], Any], state: Any, n: int) -> tuple[float, float, Any]:
+    """(seconds for `n` dispatches of `advance` plus the wait for the last, seconds until the last
+    dispatch returned, the new state)."""
     start = time.perf_counter()
     for _ in range(n):
         state = advance(state)
+    dispatched = time.perf_counter() - start
     jax.block_until_ready(state)
-    return time.perf_counter() - start, state
+    return time.perf_counter() - start, dispatched, state
 
 
 def _first_call(call: Callable[[], Any]) -> tuple[float, Any]:
@@ -506,18 +510,19 @@ def _compare(runners: dict[str, list], *, rounds: int, repeats: int | None) -> d
         if repeats:
             chosen[variant] = repeats
             continue
-        estimate, runner[1] = _time_loop(runner[0], runner[1], 1)
+        estimate, _, runner[1] = _time_loop(runner[0], runner[1], 1)
         guess = math.ceil(TARGET_LOOP_S / max(estimate, 1e-9))
         chosen[variant] = min(MAX_REPEATS, max(MIN_REPEATS, guess))
     samples: dict[str, list[float]] = {v: [] for v in runners}
+    dispatch: dict[str, list[float]] = {v: [] for v in runners}
     order = list(runners)
     for r in range(rounds):
         for variant in order if r % 2 == 0 else order[::-1]:
             advance, state = runners[variant]
             for _ in range(MAX_RETRIES + 1):
                 n = chosen[variant]
-                t_short, state = _time_loop(advance, state, n)
-                t_long, state = _time_loop(advance, state, 2 * n)
+                t_short, _, state = _time_loop(advance, state, n)
+                t_long, dispatched, state = _time_loop(advance, state, 2 * n)
                 slope = (t_long - t_short) / n
                 if slope > 0 or n >= MAX_REPEATS:
                     break
@@ -525,7 +530,9 @@ def _compare(runners: dict[str, list], *, rounds: int, repeats: int | None) -> d
                 chosen[variant] = min(MAX_REPEATS, 2 * n)
             runners[variant][1] = state
             samples[variant].append(slope)
-    return {v: dict(seconds=statistics.median(s), round_seconds=s, repeats=chosen[v]) for v, s in samples.items()}
+            dispatch[variant].append(dispatched / (2 * n))
+    return {v: dict(seconds=statistics.median(s), round_seconds=s, repeats=chosen[v],
+                    dispatch_seconds=statistics.median(dispatch[v])) for v, s in samples.items()}
 
 
 def _rel_norm(a, b) -> float:
@@ -535,7 +542,7 @@ def _rel_norm(a, b) -> float:
 
 def _finish(timed: dict[str, dict], first: dict[str, float], **extra) -> dict:
     out = {v: dict(seconds=timed[v]["seconds"], first_call_s=first[v], round_seconds=timed[v]["round_seconds"],
-                   repeats=timed[v]["repeats"]) for v in timed}
+                   repeats=timed[v]["repeats"], dispatch_seconds=timed[v]["dispatch_seconds"]) for v in timed}
     flax_s, jt_s = out["flax"]["seconds"], out["jtblas"]["seconds"]
     out["speedup_jtblas_over_flax"] = flax_s / jt_s if jt_s > 0 else float("nan")
     out.update(extra)
@@ -608,6 +615,7 @@ def _measure_generate(spec, models, params, *, seed, rounds, repeats, method) ->
     del runners
     for entry in timed.values():  # per call -> per token
         entry["seconds"] /= GENERATE_TOKENS
+        entry["dispatch_seconds"] /= GENERATE_TOKENS
         entry["round_seconds"] = [t / GENERATE_TOKENS for t in entry["round_seconds"]]
     return _finish(timed, first, logits_rel_diff=_rel_norm(logits["flax"], logits["jtblas"]),
                    tokens_per_call=GENERATE_TOKENS, method=method)
@@ -654,7 +662,8 @@ def measure(spec: ModelSpec, *, param_dtype: Any, steps: Sequence[str] = STEPS, 
 
     Returns:
       ``{model, kind, param_dtype, dtype, spec, method, steps: {kind: {flax: {seconds, first_call_s,
-      round_seconds, repeats}, jtblas: {...}, speedup_jtblas_over_flax, loss_flax, loss_jtblas, loss_rel_diff
+      round_seconds, repeats, dispatch_seconds}, jtblas: {...}, speedup_jtblas_over_flax, loss_flax, loss_jtblas,
+      loss_rel_diff
       | logits_rel_diff, method}}}``; all times in seconds, ``speedup_jtblas_over_flax`` = flax seconds /
       jtblas seconds (> 1: jtblas faster).
     """
@@ -736,25 +745,34 @@ def _agreement(r: dict) -> str:
     return f"logits rel. diff {r['logits_rel_diff']:.1e}"
 
 
+def _dispatch_share(timed: dict) -> str:
+    """The host's dispatch time over the step's time ("–" for a report written before it was kept)."""
+    dispatch = timed.get("dispatch_seconds")
+    return "–" if dispatch is None or not timed["seconds"] > 0 else f"{dispatch / timed['seconds']:.2f}"
+
+
 def markdown(results: dict | Sequence[dict]) -> str:
     """A Markdown table of `run`'s report (or its ``results`` list): milliseconds per step, the
-    jtblas speed ÷ Flax (flax ms / jtblas ms), first-call seconds, and the agreement."""
+    jtblas speed ÷ Flax (flax ms / jtblas ms), each variant's host dispatch time over its step
+    time (near 1 or above: the host sets the pace, not the GPU), first-call seconds, and the
+    agreement."""
     entries = results["results"] if isinstance(results, dict) else results
     lines = [
-        "| model | params | step | flax ms | jtblas ms | jtblas speed ÷ Flax | flax first call s "
-        "| jtblas first call s | agreement |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| model | params | step | flax ms | jtblas ms | jtblas speed ÷ Flax | dispatch ÷ step (flax, jtblas) "
+        "| flax first call s | jtblas first call s | agreement |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for e in entries:
         if "error" in e:
-            lines.append(f"| {e['model']} | {e['param_dtype']} | — | — | — | — | — | — | error: {e['error'][:120]} |")
+            lines.append(f"| {e['model']} | {e['param_dtype']} | — | — | — | — | — | — | — "
+                         f"| error: {e['error'][:120]} |")
             continue
         for kind, r in e["steps"].items():
             f, j = r["flax"], r["jtblas"]
             lines.append(
                 f"| {e['model']} | {e['param_dtype']} | {kind} | {f['seconds'] * 1e3:.3f} | {j['seconds'] * 1e3:.3f} "
-                f"| {r['speedup_jtblas_over_flax']:.2f}× | {f['first_call_s']:.1f} | {j['first_call_s']:.1f} "
-                f"| {_agreement(r)} |"
+                f"| {r['speedup_jtblas_over_flax']:.2f}× | {_dispatch_share(f)}, {_dispatch_share(j)} "
+                f"| {f['first_call_s']:.1f} | {j['first_call_s']:.1f} | {_agreement(r)} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -158,6 +158,7 @@ def test_run_reports_a_tiny_decoder(tmp_path, monkeypatch, rng):
         for variant in ("flax", "jtblas"):
             assert r[variant]["seconds"] > 0 and r[variant]["first_call_s"] > 0, (kind, variant)
             assert len(r[variant]["round_seconds"]) == 1 and r[variant]["repeats"] >= 1
+            assert r[variant]["dispatch_seconds"] > 0, (kind, variant)
         assert math.isfinite(r["speedup_jtblas_over_flax"]) and r["speedup_jtblas_over_flax"] > 0
         assert r["speedup_jtblas_over_flax"] == pytest.approx(r["flax"]["seconds"] / r["jtblas"]["seconds"])
         assert "t(2R) - t(R)" in r["method"]
@@ -166,6 +167,9 @@ def test_run_reports_a_tiny_decoder(tmp_path, monkeypatch, rng):
     assert decode["logits_rel_diff"] < 2e-2 and entry["steps"]["generate"]["logits_rel_diff"] < 2e-2
     table = ms.markdown(report)
     assert "jtblas speed ÷ Flax" in table and table.count("gpt2-small-tiny") == 3
+    decode_row = next(line for line in table.splitlines() if "| decode |" in line)
+    flax_share = decode["flax"]["dispatch_seconds"] / decode["flax"]["seconds"]
+    assert f"| {flax_share:.2f}, " in decode_row
     assert ms.markdown(report["results"]) == table
     assert any("gpt2-small-tiny" in line for line in lines)
 
@@ -192,9 +196,11 @@ def test_slope_retimes_a_round_whose_slope_is_not_positive(monkeypatch):
 
     def time_loop(advance, state, n):
         calls.append(n)
-        return next(durations), state
+        seconds = next(durations)
+        return seconds, seconds / 2, state  # the host dispatched the loop in half its time
 
     monkeypatch.setattr(ms, "_time_loop", time_loop)
     timed = ms._compare({"flax": [lambda state: state, None]}, rounds=1, repeats=2)
     assert calls == [2, 4, 4, 8]
     assert timed["flax"]["seconds"] == pytest.approx((0.3 - 0.1) / 4) and timed["flax"]["repeats"] == 4
+    assert timed["flax"]["dispatch_seconds"] == pytest.approx(0.3 / 2 / 8)
