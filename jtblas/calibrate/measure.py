@@ -26,6 +26,11 @@ from jtblas.config import Config
 MIB = 1 << 20
 KIB = 1 << 10
 FP32 = 4
+BF16 = 2
+# `Calibration.split_sum`: splits of an M = N = SPLIT_SUM_SIZE product (fp32 partials of 64 MB per
+# split, each read from DRAM: L2 holds 50 MB on the H100 and H200).
+SPLIT_SUM_SPLITS = (2, 4)
+SPLIT_SUM_SIZE = 4096
 NO_GPU = "no CUDA GPU found, nothing to calibrate"
 
 # Load-heavy tiles for the L2 measurement (`Calibration.l2_gemm`): 64-row or 64-column tiles, 4
@@ -429,6 +434,44 @@ class Calibration:
             row["rate_over_all_busy"] = row["flops_per_s_per_sm"] / full
         self.measured["tensor_rate_vs_busy_sms"] = dict(config=config.short(), k=k, rows=rows)
 
+    def split_sum(self) -> None:
+        """The split-K (and K-phase) sum kernel alone, as `jtblas.matmul` launches it
+        (`launch_specs.sum_splits_spec`): fp32 partials [s, M, N] summed and cast to bf16, for s in
+        SPLIT_SUM_SPLITS, against the model's `cost.reduction_seconds` on the built-in description.
+        K-phase and split-K plans ran 1.1-1.6x their prediction (H200 record of 2026-12-06); this
+        says how much of that is the sum's. Recorded only; the model is unchanged by it."""
+        from jtblas.config import Problem
+        from jtblas.kernels.reduce import sum_splits_kernel
+        from jtblas.launch_specs import sum_splits_spec
+        from jtblas.model import cost
+
+        torch = self.torch
+        m = n = SPLIT_SUM_SIZE
+        rows = []
+        for splits in SPLIT_SUM_SPLITS:
+            problem = Problem(m=m, n=n, k=64 * splits, dtype="bfloat16", out_dtype="bfloat16")
+            config = Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, split_k=splits)
+            spec = sum_splits_spec(problem, config, hw=self.base)
+            # Two workspaces in turn: a launch never finds the previous one's partials in L2.
+            partials = [torch.rand(splits, m, n, device="cuda", dtype=torch.float32) for _ in range(2)]
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
+            kernel = sum_splits_kernel[spec.grid]
+
+            def launch(i: int, kernel=kernel, spec=spec, partials=partials, out=out):
+                return kernel(partials[i], *spec.scalars, out, num_warps=spec.num_warps,
+                              num_stages=spec.num_stages, **spec.metaparams)
+
+            seconds, method = self._time(launch, 2)
+            predicted = cost.reduction_seconds(problem, splits, self.base)
+            moved = m * n * (splits * FP32 + BF16)
+            rows.append(dict(splits=splits, m=m, n=n, bytes=moved, seconds=seconds, bytes_per_s=moved / seconds,
+                             predicted_seconds=predicted, measured_over_predicted=seconds / predicted,
+                             method=f"sum_splits_kernel, BLOCK {spec.metaparams['BLOCK']}, "
+                                    f"{spec.num_warps} warps; {method}"))
+            del partials, out
+        self.measured["split_sum"] = rows
+
     # --- the run ----------------------------------------------------------------------------
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
@@ -446,6 +489,7 @@ class Calibration:
             ("one-SM read", self.single_sm_read),
             ("DRAM read vs active SMs", self.dram_read_vs_sms),
             ("tensor cores vs busy SMs", self.tensor_rate_vs_busy_sms),
+            ("split-K sum", self.split_sum),
         ]
 
     def run(self) -> dict[str, Any]:
@@ -503,4 +547,5 @@ def _check_triton_compiles() -> None:
         raise RuntimeError("TRITON_INTERPRET is set: Triton kernels would run in the CPU interpreter")
 
 
-__all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "find_gpu"]
+__all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "SPLIT_SUM_SIZE",
+           "SPLIT_SUM_SPLITS", "find_gpu"]

@@ -39,6 +39,10 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     # The built-ins run every grid at the all-busy rate (1.00); the ratio column is the rate itself.
     for fraction, rate in fields.get("busy_sm_rates", [])[:-1]:
         row(f"SM rate with {100 * fraction:.0f}% of the SMs busy (x all busy)", rate, 1.0, 1.0)
+    # Recorded only: the split-K sum kernel's time over the model's prediction (1.00 = as priced).
+    for timed in profile.get("measured", {}).get("split_sum", []):
+        row(f"split-K sum of {timed['splits']} partials (x predicted, recorded only)",
+            timed["measured_over_predicted"], 1.0, 1.0)
     return rows
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from jtblas import gpus, profiles
-from jtblas.calibrate import derive
+from jtblas.calibrate import derive, report
 from jtblas.calibrate.derive import measured_launch_seconds
 
 # The numbers `Calibration.measured` holds after a run, with the keys the derivation reads (a run
@@ -96,6 +96,18 @@ def test_launch_seconds_falls_back_when_the_jit_slope_measures_nothing(measured,
     """The profile's launch_seconds is jax-triton's launch under jax.jit when its slope is
     positive, else the CUDA-graph launch, else absent (never a zero or negative cost)."""
     assert measured_launch_seconds(measured) == expected
+
+
+def test_the_table_shows_the_split_sum_over_its_prediction():
+    """The split-K sum step is recorded, not applied: its rows in the calibrate table compare the
+    measured time with the model's prediction, and no hardware field or constant comes of it."""
+    run = dict(H200_RUN, split_sum=[{"splits": 2, "measured_over_predicted": 1.42},
+                                    {"splits": 4, "measured_over_predicted": 1.31}])
+    profile = _profile(run)
+    rows = {row[0]: row[1:] for row in report.comparison_rows(profile)}
+    assert rows["split-K sum of 2 partials (x predicted, recorded only)"] == ("1.42", "1.00", "1.42")
+    assert rows["split-K sum of 4 partials (x predicted, recorded only)"] == ("1.31", "1.00", "1.31")
+    assert _profile(H200_RUN)["hardware"] == profile["hardware"]
 
 
 def _busy_rows(*pairs):

@@ -59,6 +59,11 @@ def test_calibrate_quick_end_to_end(tmp_path):
     assert [row["busy_sms"] for row in busy["rows"]] == sorted({row["busy_sms"] for row in busy["rows"]})
     # One tile per busy SM runs at the full-load rate or faster, never twice it (a wrong grid would).
     assert all(0.9 < row["rate_over_all_busy"] < 1.6 for row in busy["rows"]), busy["rows"]
+    # The sum kernel alone, split 2 and 4: timed, and within a few times the model's prediction
+    # (a wrong grid or a partials read from L2 would land far off).
+    sums = profile["measured"]["split_sum"]
+    assert [row["splits"] for row in sums] == [2, 4]
+    assert all(0.3 < row["measured_over_predicted"] < 5 for row in sums), sums
     assert f"wrote {out}" in result.stdout
     with warnings.catch_warnings():
         warnings.simplefilter("error")
