@@ -98,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "jtblas.profiles.profile_path(device, driver))")
     calibrate.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     calibrate.add_argument("--fit-constants", action="store_true",
-                           help="also apply the measured model constants (per-SM load rate, loaded latency); "
-                                "they are always recorded under `measured`")
+                           help="also apply the measured model constants (per-SM load rate, loaded latency) "
+                                "and the busy-SM curve; they are always recorded under `measured`")
     calibrate.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -190,7 +190,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     measured = profile["measured"]
     print(f"\n{len(profile['hardware'])} hardware fields measured in {measured['seconds']:.1f} s"
           f"{' (--quick)' if args.quick else ''}; model constants "
-          + ("applied" if profile["constants"] else "recorded only (--fit-constants applies them)") + ".")
+          + ("applied" if profile["constants"] else "recorded only (--fit-constants applies them)")
+          + "; busy-SM curve " + ("applied" if "busy_sm_rates" in profile["hardware"] else "recorded only") + ".")
     for step, error in profile["errors"].items():
         print(f"failed: {step}: {error}")
     print(f"wrote {path}")

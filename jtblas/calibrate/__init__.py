@@ -26,7 +26,8 @@ CUDA/cuBLAS start-up and Triton compiles) and is timed on the device (CUDA graph
 (1) model constants (`jtblas.constants.Constants`): always recorded under `measured`, applied
 (written under `constants`) only with `--fit-constants`, because the model's values were chosen
 against exhaustive GEMM timings and these microbenchmarks measure a related, not identical,
-quantity (docs/calibrate.md).
+quantity (docs/calibrate.md). The busy-SM curve (`busy_sm_rates`) likewise: recorded under
+`measured`, a hardware field only with `--fit-constants`.
 
 Importing the package, `derive` or `report` imports neither torch, Triton nor JAX.
 """

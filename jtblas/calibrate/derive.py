@@ -21,13 +21,18 @@ def profile(measured: Mapping[str, Any], *, device: str, driver: str, base: Hard
             described: Mapping[str, Any], fit_constants: bool, quick: bool, errors: Mapping[str, str],
             software: Mapping[str, str], date: str | None = None) -> dict[str, Any]:
     """The profile (validated, `jtblas.profiles.make`) of one run: the Hardware fields measured,
-    over the built-in `base`; the model constants measured, applied only with `fit_constants` and
-    always recorded under `measured.constants`."""
+    over the built-in `base`; the model constants and the busy-SM curve measured, applied only
+    with `fit_constants` and always recorded under `measured.constants` and
+    `measured.busy_sm_rates` (scaling the model's SM-side rates by the curve made 11 of 12 moved
+    picks slower on an H100, 2026-12-06, docs/decisions.md)."""
     fields, constants = derive(measured, sm_count=sm_count, base=base, described=described)
+    recorded = {"constants": constants}
+    if "busy_sm_rates" in fields:
+        recorded["busy_sm_rates"] = fields["busy_sm_rates"] if fit_constants else fields.pop("busy_sm_rates")
     return profiles.make(
         device=device, driver=driver, base=base.name, hardware=fields,
         constants=constants if fit_constants else {},
-        measured={**measured, "constants": constants}, date=date,
+        measured={**measured, **recorded}, date=date,
         quick=quick, errors=dict(errors), software=dict(software),
     )
 

@@ -37,7 +37,9 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     row("loaded memory latency, µs (model constant)", constants.get("memory_latency_seconds"),
         DEFAULT_CONSTANTS.memory_latency_seconds, 1e-6)
     # The built-ins run every grid at the all-busy rate (1.00); the ratio column is the rate itself.
-    for fraction, rate in fields.get("busy_sm_rates", [])[:-1]:
+    # Applied (a hardware field, with --fit-constants) or recorded only (`measured.busy_sm_rates`).
+    curve = fields.get("busy_sm_rates") or profile.get("measured", {}).get("busy_sm_rates", [])
+    for fraction, rate in curve[:-1]:
         row(f"SM rate with {100 * fraction:.0f}% of the SMs busy (x all busy)", rate, 1.0, 1.0)
     # Recorded only: the split-K sum kernel's time over the model's prediction (1.00 = as priced).
     for timed in profile.get("measured", {}).get("split_sum", []):

@@ -121,8 +121,16 @@ def test_busy_sm_rates_from_the_busy_sm_step():
     run = dict(H200_RUN, **_busy_rows((33, 1.14), (73, 1.12), (132, 1.0)))
     fields, _ = derive.derive(run, sm_count=132, base=gpus.H200)
     assert fields["busy_sm_rates"] == [[0.25, 1.14], [73 / 132, 1.12], [1.0, 1.0]]
-    hw = profiles.to_hardware(_profile(run), origin="a test")
+    hw = profiles.to_hardware(_profile(run, fit_constants=True), origin="a test")
     assert hw.busy_sm_rates == ((0.25, 1.14), (73 / 132, 1.12), (1.0, 1.0))
+    # Without --fit-constants the curve is recorded, not applied (it misranked on an H100), and
+    # the calibrate table still prints it.
+    recorded = _profile(run)
+    assert "busy_sm_rates" not in recorded["hardware"]
+    assert recorded["measured"]["busy_sm_rates"] == [[0.25, 1.14], [73 / 132, 1.12], [1.0, 1.0]]
+    assert profiles.to_hardware(recorded, origin="a test").busy_sm_rates == ()
+    rows = {row[0]: row[1:] for row in report.comparison_rows(recorded)}
+    assert rows["SM rate with 25% of the SMs busy (x all busy)"] == ("1.14", "1.00", "1.14")
 
 
 @pytest.mark.parametrize("pairs", [
