@@ -293,30 +293,13 @@ def vector_bytes(problem: Problem, config: Config, operand: str,
     boundaries and wrap at multiples of it), a K-contiguous A at full width (its phase-major copy,
     `resources.phase_major_a`, zero-padded to whole K blocks), and a K-contiguous B one element at
     a time (a phase's K indices are k_phases apart).
+    The ranking's own equation (`_vector_bytes_arrays`) on this one config.
     """
-    if config.tma:
-        return constants.full_vector_bytes
-    element = problem.a_bytes if operand == "a" else problem.b_bytes
-    shifted = resources.shifted_operands(problem, config)
-    if operand == "a":
-        stride, k_contiguous, extent, shift = problem.a_row_stride, not problem.transpose_a, problem.m, shifted[0]
-    else:
-        stride, k_contiguous, extent, shift = problem.b_row_stride, problem.transpose_b, problem.n, shifted[1]
-    if shift:
-        return min(constants.full_vector_bytes, resources.phase_vector_bytes(problem, config.k_phases))
-    if k_contiguous and config.k_phases > 1:
-        return constants.full_vector_bytes if operand == "a" else element
-    stride_bytes = stride * element
-    width = min(constants.full_vector_bytes, stride_bytes & -stride_bytes)
-    if k_contiguous and problem.k % config.block_k:
-        # The K-tail mask is constant over runs as long as K's largest power-of-two divisor
-        # (the kernel is told that divisibility, up to 16 elements, through K_UNIT).
-        k_bytes = problem.k * element
-        width = min(width, k_bytes & -k_bytes)
-    elif not k_contiguous and stride == extent:
-        extent_bytes = extent * element
-        width = min(width, extent_bytes & -extent_bytes)
-    return width
+    one = candidates.Candidates.of([config])
+    shifted = resources.shifted_operands(problem, config)[0 if operand == "a" else 1]
+    phase_width = resources.phase_vector_bytes(problem, config.k_phases)
+    return int(_vector_bytes_arrays(one, problem, operand, np.array([config.tma]), np.array([shifted]),
+                                    np.array([phase_width]), constants)[0])
 
 
 def swizzle_efficiency(problem: Problem, config: Config, operand: str,
