@@ -375,6 +375,31 @@ def test_cost_terms_respond_to_their_causes():
     assert per_flop(mma_sync, decode, hardware.A100) == per_flop(wgmma, decode, hardware.A100)
 
 
+def test_the_persistent_tma_kernel_fills_its_pipeline_once_per_program():
+    hw = hardware.H100
+    pointer = Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4)
+    tma = dataclasses.replace(pointer, tma=True)
+    for m, tiles_per_sm in ((128 * 22, 1), (128 * 22 * 3, 3)):  # 768 columns: 6 tiles a row, 132 SMs
+        problem = Problem(m=m, n=768, k=768)
+        plain, persistent = cost.estimate(pointer, problem, hw), cost.estimate(tma, problem, hw)
+        assert plain.tiles_per_sm == persistent.tiles_per_sm == tiles_per_sm
+        assert plain.programs_per_sm == persistent.programs_per_sm == 1
+        loop = plain.tile_latency - plain.fill - plain.epilogue
+        # The pointer kernel's programs each start cold; the TMA kernel's one program per SM runs
+        # its tiles in one flattened loop, so fill and epilogue sit once on its chain.
+        assert plain.sm_latency == pytest.approx(tiles_per_sm * plain.tile_latency)
+        expected = persistent.fill + persistent.epilogue + tiles_per_sm * (
+            persistent.tile_latency - persistent.fill - persistent.epilogue)
+        assert persistent.sm_latency == pytest.approx(expected)
+        assert loop > 0 and persistent.fill > 0
+    assert persistent.sm_latency < plain.sm_latency - 2 * (plain.fill + plain.epilogue) + 1e-9
+    # A batch of 132 products of one tile row each: the grid is min(tiles, resident) programs per entry, so
+    # every program runs one tile and starts cold, as the pointer kernel's do.
+    batched = cost.estimate(tma, Problem(m=128, n=768, k=768, batch=132), hw)
+    assert batched.tiles_per_sm == 6
+    assert batched.sm_latency == pytest.approx(6 * batched.tile_latency)
+
+
 def test_model_reads_back_the_partial_sectors_of_a_misaligned_c():
     """C's rows not 16-byte aligned (bf16 over 50257 columns): each tile row's run of block_n
     columns starts and ends inside a 32-byte sector the neighbouring tile writes too, and DRAM reads
