@@ -720,7 +720,9 @@ def test_bench_smoke_through_jax_and_torch_on_tiny_shapes(tmp_path):
     torch_data = json.loads((out / "torch" / "results.json").read_text())
     for record in torch_data["shapes"]:
         for name in ("jtblas", "oracle", "cublas", "tutorial"):
-            assert record["contenders"][name].get("seconds", 0) > 0, (record["name"], name, record["contenders"][name])
+            # The message as text: pytest abbreviates a dict's repr, which hid the entry's error (2026-12-06).
+            assert record["contenders"][name].get("seconds", 0) > 0, json.dumps(
+                [record["name"], name, record["contenders"][name]], default=str)
     assert "Torch launches" in (out / "report.md").read_text()
     for png in ("vs_xla_by_family.png", "tflops_vs_size.png"):
         assert (out / png).stat().st_size > 0
