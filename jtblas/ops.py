@@ -28,6 +28,7 @@ from jtblas.kernels.matmul import matmul_epilogue_kernel, matmul_kernel
 from jtblas.kernels.matmul_tma import (
     GLOBAL_SCRATCH_ALIGN,
     GLOBAL_SCRATCH_BYTES,
+    matmul_tma_epilogue_kernel,
     matmul_tma_kernel,
 )
 from jtblas.kernels.reduce import sum_splits_epilogue_kernel, sum_splits_kernel
@@ -415,6 +416,14 @@ def _pad_to(x: jax.Array, shape: tuple[int, int]) -> jax.Array:
     return jnp.pad(x, ((0, 0), (0, shape[0] - rows), (0, shape[1] - cols)))
 
 
+def _gemm_kernel(config: Config, fused: bool):
+    """The GEMM kernel that runs `config`: the TMA or the pointer kernel, with the epilogue's
+    arguments where `fused`."""
+    if config.tma:
+        return matmul_tma_epilogue_kernel if fused else matmul_tma_kernel
+    return matmul_epilogue_kernel if fused else matmul_kernel
+
+
 def _launch_gemm(
     a: jax.Array,
     b: jax.Array,
@@ -440,8 +449,9 @@ def _launch_gemm(
 
     The problem's epilogue (`Problem.bias_dtype`, `activation`, `residual_dtype`; `bias`
     [batch, N] and `residual` [batch, M, N]) runs in the launch that writes C:
-    `matmul_epilogue_kernel` without a split, `sum_splits_epilogue_kernel` after one (also after
-    the atomic split of an fp32 output, which then is not C yet).
+    `matmul_epilogue_kernel` (`matmul_tma_epilogue_kernel`) without a split,
+    `sum_splits_epilogue_kernel` after one (also after the atomic split of an fp32 output, which
+    then is not C yet).
     """
     if batch > launch_specs.MAX_GRID_YZ:
         return _launch_gemm_chunked(a, b, problem, config, batch=batch, batch_strides=batch_strides,
@@ -466,17 +476,18 @@ def _launch_gemm(
     else:
         product_shape = jax.ShapeDtypeStruct((split * batch, problem.m, problem.n), fp32)
     fused = split == 1 and problem.has_epilogue
-    if (fused or problem.casts) and config.tma:
-        raise ValueError(f"jtblas: the TMA kernel has no epilogue and converts no operand "
-                         f"({config.short()} on {problem.short()})")
-    # GATED: `matmul_epilogue_kernel`'s only (`launch_specs.launch_spec` refuses a split gated product).
-    metaparams = dict(spec.metaparams, **epilogue, GATED=problem.gated) if fused else spec.metaparams
+    if problem.casts and config.tma:
+        raise ValueError(f"jtblas: the TMA kernel converts no operand ({config.short()} on {problem.short()})")
+    # GATED: `matmul_epilogue_kernel`'s only (`launch_specs.launch_spec` refuses a split or TMA gated product).
+    metaparams = spec.metaparams
+    if fused:
+        metaparams = dict(metaparams, **epilogue) if config.tma else dict(metaparams, **epilogue, GATED=problem.gated)
     if problem.casts and launch.target_platform([a, b])[0] == "cpu":
         # Triton's interpreter multiplies bf16 tiles as raw bits (its bf16 operands arrive as
         # fp32, `jtblas.interpreter`): the converted tiles are multiplied as fp32 there.
         metaparams = dict(metaparams, ROUND_ONLY=True)
     product = launch.launch(
-        matmul_tma_kernel if config.tma else matmul_epilogue_kernel if fused else matmul_kernel,
+        _gemm_kernel(config, fused),
         grid=spec.grid,
         args=[a, b, *(epilogue_args if fused else []), *spec.scalars],
         out_shape=product_shape,

@@ -1,5 +1,6 @@
 """The persistent GEMM kernel with TMA: C = A · B, fp32 accumulation, operands and C through
-tensor descriptors.
+tensor descriptors; `matmul_tma_epilogue_kernel` adds a bias, an activation and a residual to each
+tile before its store.
 
 Only `@triton.jit` code lives here. Each program creates its descriptors on the device
 (`tl.make_tensor_descriptor`: 128 bytes of global scratch each, which the launcher allocates) and
@@ -7,14 +8,15 @@ then walks tiles `program_id(0), program_id(0) + num_programs(0), ...` in groupe
 tensor-memory accelerator loads the tiles into shared memory whatever the layout (a transposed
 operand is a descriptor over its stored [K, M] or [N, K] rows, the loaded tile transposed as a
 view), zero-fills reads past the edges and clips the stores, so the kernel has no masks and no
-per-element addresses. Requirements (checked by the ops layer): 16-byte aligned base pointers and
-row strides, contiguous rows.
+per-element addresses (but for an epilogue's bias and residual, read through pointers).
+Requirements (checked by the ops layer): 16-byte aligned base pointers and row strides,
+contiguous rows.
 """
 
 import triton
 import triton.language as tl
 
-from jtblas.kernels.matmul import grouped_tile
+from jtblas.kernels.matmul import grouped_tile, tile_epilogue
 
 # Bytes of global scratch per program: three descriptors (A, B, C) of 128 bytes each (the CUDA
 # tensor map size, `CU_TENSOR_MAP_NUM_QWORDS` x 8), aligned to 128. Checked against the compiler's
@@ -73,12 +75,15 @@ def store_tile(c_desc, acc, row, col, BLOCK_N: tl.constexpr, STORE_HALVES: tl.co
 
 
 @triton.jit
-def whole_tiles(a_desc, b_desc, c_desc, first, end, step, M, N, K,
+def whole_tiles(a_desc, b_desc, c_desc, first, end, step, M, N, K, bias_ptr, residual_ptr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 INPUT_PRECISION: tl.constexpr, TRANSPOSE_A: tl.constexpr, TRANSPOSE_B: tl.constexpr,
-                STORE_HALVES: tl.constexpr):
+                STORE_HALVES: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                HAS_RESIDUAL: tl.constexpr):
     """Computes and stores the tiles first, first + step, ... below `end` (in grouped order), each
-    over its whole K, as one flattened loop (the next tile's loads start during this one's store)."""
+    over its whole K, as one flattened loop (the next tile's loads start during this one's store);
+    each tile through `tile_epilogue` first where there is one (a bias [N], a residual laid out as
+    the dense C)."""
     k_blocks = tl.cdiv(K, BLOCK_K)
     # The epilogue recomputes its tile from a counter of its own rather than reusing the loop's
     # (tile, pid_m, pid_n): with `flatten` the loop's values are not live there (Triton tutorial 09).
@@ -92,7 +97,36 @@ def whole_tiles(a_desc, b_desc, c_desc, first, end, step, M, N, K,
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         stored += step
         pid_m, pid_n = grouped_tile(stored, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if HAS_BIAS or HAS_RESIDUAL or ACTIVATION != "":
+            acc = tile_epilogue(acc, bias_ptr, residual_ptr, pid_m, pid_n, M, N, N, 1, BLOCK_M, BLOCK_N, HAS_BIAS,
+                                ACTIVATION, HAS_RESIDUAL)
         store_tile(c_desc, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_N, STORE_HALVES)
+
+
+@triton.jit
+def tma_program(a_ptr, b_ptr, bias_ptr, residual_ptr, M, N, K, lda, ldb, stride_ab, stride_bb, stride_cb, c_ptr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                INPUT_PRECISION: tl.constexpr, TRANSPOSE_A: tl.constexpr, TRANSPOSE_B: tl.constexpr,
+                STORE_HALVES: tl.constexpr, INDEX_64: tl.constexpr, HAS_BIAS: tl.constexpr,
+                ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """Program (p, batch): the tiles p, p + programs, ... of C[batch] (`matmul_tma_kernel`), with
+    the batch entry's bias (N apart) and residual (stride_cb apart, as C) where there are."""
+    batch = tl.program_id(1)
+    if INDEX_64:
+        batch = batch.to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+    if HAS_BIAS:
+        bias_ptr += batch * N
+    if HAS_RESIDUAL:
+        residual_ptr += batch * stride_cb
+    a_desc, b_desc, c_desc = gemm_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, BLOCK_M, BLOCK_N, BLOCK_K,
+                                              TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    whole_tiles(a_desc, b_desc, c_desc, tl.program_id(0), tiles, tl.num_programs(0), M, N, K, bias_ptr,
+                residual_ptr, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION, TRANSPOSE_A, TRANSPOSE_B,
+                STORE_HALVES, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K", "lda", "ldb", "stride_ab", "stride_bb", "stride_cb"])
@@ -126,15 +160,42 @@ def matmul_tma_kernel(
     STORE_HALVES: the tile is stored as two BLOCK_M x BLOCK_N/2 halves (half the shared-memory
     staging of the TMA store). INDEX_64: some operand has ≥ 2^31 elements (batch offsets in int64).
     """
-    batch = tl.program_id(1)
-    if INDEX_64:
-        batch = batch.to(tl.int64)
-    a_ptr += batch * stride_ab
-    b_ptr += batch * stride_bb
-    c_ptr += batch * stride_cb
-    a_desc, b_desc, c_desc = gemm_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, BLOCK_M, BLOCK_N, BLOCK_K,
-                                              TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES)
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    whole_tiles(a_desc, b_desc, c_desc, tl.program_id(0), tiles, tl.num_programs(0), M, N, K,
-                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION, TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES)
+    tma_program(a_ptr, b_ptr, a_ptr, a_ptr, M, N, K, lda, ldb, stride_ab, stride_bb, stride_cb, c_ptr, BLOCK_M,
+                BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION, TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES, INDEX_64,
+                False, "", False)
 
+
+@triton.jit(do_not_specialize=["M", "N", "K", "lda", "ldb", "stride_ab", "stride_bb", "stride_cb"])
+def matmul_tma_epilogue_kernel(
+    a_ptr,
+    b_ptr,
+    bias_ptr,
+    residual_ptr,
+    M,
+    N,
+    K,
+    lda,
+    ldb,
+    stride_ab,
+    stride_bb,
+    stride_cb,
+    c_ptr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    TRANSPOSE_A: tl.constexpr,
+    TRANSPOSE_B: tl.constexpr,
+    STORE_HALVES: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    HAS_BIAS: tl.constexpr = False,
+    ACTIVATION: tl.constexpr = "",
+    HAS_RESIDUAL: tl.constexpr = False,
+):
+    """C = epilogue(A · B) (`matmul_tma_kernel`): a bias [batch, N] (HAS_BIAS), an activation and a
+    residual laid out as C (HAS_RESIDUAL, dense [batch, M, N]) applied to each fp32 tile before
+    its store (`tile_epilogue`, loaded through pointers: a bias row and a residual tile per tile)."""
+    tma_program(a_ptr, b_ptr, bias_ptr, residual_ptr, M, N, K, lda, ldb, stride_ab, stride_bb, stride_cb, c_ptr,
+                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, INPUT_PRECISION, TRANSPOSE_A, TRANSPOSE_B, STORE_HALVES,
+                INDEX_64, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)
