@@ -24,7 +24,11 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     dtype than the compute dtype, `operand_sizes`); the pointer kernel's epilogue reuses that space, the
     TMA kernel's stores go through a block_m × (block_n or block_n / 2, `store_halves`) buffer of
     their own (Triton 3.6 for sm_90: 128x256x64, 3 stages, bf16: 147,456 + 32,768 bytes, plus 24
-    of barriers).
+    of barriers). The TMA kernel's epilogue cannot reuse the pipeline's buffers either (they stay
+    live across its flattened tile loop): Triton converts the bias row and the residual tile, loaded
+    through pointers, to the accumulator's layout through scratch of their own, counted here at
+    block_n × 4 and block_m × block_n × 4 bytes (the most Triton 3.6 took for sm_90 over eight tiles
+    of 64-256 rows and columns, 2026-12-06: an fp32 residual exactly that, a bf16 one 8-64 KB).
     """
     a_bytes, b_bytes, a_cast, b_cast = operand_sizes(problem)
     pipeline = (config.num_stages * (config.block_m * a_bytes + config.block_n * b_bytes) * config.block_k
@@ -32,7 +36,13 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     if not config.tma:
         return pipeline
     store_n = config.block_n // 2 if store_halves(config) else config.block_n
-    return pipeline + config.block_m * store_n * problem.out_bytes
+    epilogue = (config.block_n * TMA_EPILOGUE_SCRATCH_BYTES * bool(problem.bias_dtype)
+                + config.block_m * config.block_n * TMA_EPILOGUE_SCRATCH_BYTES * bool(problem.residual_dtype))
+    return pipeline + config.block_m * store_n * problem.out_bytes + epilogue
+
+
+# Bytes per element of the TMA kernel's epilogue conversion scratch (`shared_memory_bytes`).
+TMA_EPILOGUE_SCRATCH_BYTES = 4
 
 
 def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:

@@ -440,20 +440,30 @@ def test_the_model_offers_no_tma_epilogue_and_a_gated_product_none_at_all():
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_tma_epilogue_kernel_compiles_for_sm90(activation):
     """The TMA kernel with a bias, an activation and a residual compiles for sm_90: its loads
-    through TMA, its MMA wgmma, the same three descriptors' scratch as without an epilogue."""
+    through TMA, its MMA wgmma, the same three descriptors' scratch as without an epilogue, and no
+    more shared memory than the model counts (the epilogue's conversion scratch included)."""
     from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_BYTES, matmul_tma_epilogue_kernel
     from tests.reference import compile_for_sm90
 
-    config = Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True)
+    index = ACTIVATIONS.index(activation)
+    config = [Config(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True),
+              Config(block_m=64, block_n=256, block_k=64, num_warps=4, num_stages=3, tma=True),
+              Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)][index % 3]
+    residual = ["bfloat16", "float32"][index % 2]
     meta = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=8,
                 INPUT_PRECISION="tf32", TRANSPOSE_A=False, TRANSPOSE_B=False,
                 STORE_HALVES=resources.store_halves(config), INDEX_64=False, HAS_BIAS=True,
                 ACTIVATION=activation or "", HAS_RESIDUAL=True)
     compiled = compile_for_sm90(matmul_tma_epilogue_kernel, meta, num_warps=config.num_warps,
-                                num_stages=config.num_stages, pointer_types={"bias_ptr": "*fp32"})
+                                num_stages=config.num_stages,
+                                pointer_types={"bias_ptr": "*fp32",
+                                               "residual_ptr": "*bf16" if residual == "bfloat16" else "*fp32"})
     ttgir = compiled.asm["ttgir"]
     assert ttgir.count("async_tma_copy_global_to_local") >= 2 and "warp_group_dot" in ttgir
     assert compiled.metadata.global_scratch_size == GLOBAL_SCRATCH_BYTES
+    problem = Problem(m=4096, n=4096, k=4096, bias_dtype="float32", residual_dtype=residual,
+                      activation=activation or "")
+    assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64, config.short()
 
 
 def test_bad_problems_and_a_tma_cast_are_refused():
