@@ -1,0 +1,145 @@
+"""A change to the model, checked as users run it: every corpus product whose pick it moves, the
+old pick and the new one timed beside XLA's dot, through JAX.
+
+    # the model before the change (a second checkout: git worktree add /tmp/before HEAD~1)
+    (cd /tmp/before && python benchmarks/select_latency.py --dump /tmp/before.json)
+    python benchmarks/select_latency.py --dump /tmp/after.json
+    python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --list        # any machine
+    python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --out ab.json  # on the GPU
+
+The dumps hold every corpus product's plan on each built-in GPU description; the products timed
+are those whose plan differs on the description of the GPU that runs this (`--gpu` names
+another), in the corpus's dtype. Both picks run as forced configs on the operands as stored (the
+kernels are this checkout's: the change must be to the model alone), in the same jitted slope
+loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`). A plan that copies
+an operand first (repacking) or a batched product cannot be forced so; those are listed as not
+timed. Prints one line per product and the geometric means; writes the records as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+from jtblas.bench import shapes
+from jtblas.config import Config
+
+REPACK_FLAGS = (" +A", " +B", " +Bt")
+
+
+def corpus_keys(gpu: str) -> dict[str, shapes.Shape]:
+    """The dump key (`select_latency.picks`) of every distinct corpus product on `gpu`, in its
+    corpus dtype, with one of its shape rows."""
+    found: dict[str, shapes.Shape] = {}
+    for shape in shapes.load():
+        problem = shape.problem()
+        found.setdefault(f"{gpu} {problem.short()} {problem.input_precision}", shape)
+    return found
+
+
+def moved(before: dict, after: dict, gpu: str) -> tuple[list[tuple], list[tuple]]:
+    """(timeable, not timeable): (key, shape, pick before, pick after) of every corpus product on
+    `gpu` whose pick differs between the dumps; not timeable where either pick repacks an operand
+    or the product is batched (forced configs run neither)."""
+    timeable, other = [], []
+    for key, shape in corpus_keys(gpu).items():
+        if key not in before or key not in after:
+            raise ValueError(f"picks_ab: {key!r} is missing from a dump (dumps of another corpus?)")
+        was, now = before[key]["pick"], after[key]["pick"]
+        if was == now:
+            continue
+        forced = shape.batch == 1 and not any(f in was or f in now for f in REPACK_FLAGS)
+        (timeable if forced else other).append((key, shape, was, now))
+    return timeable, other
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def time_moved(timeable: list[tuple], *, rounds: int, trials: int, log=print) -> list[dict]:
+    """Each moved product's record: XLA, the pick before and the pick after, in one loop."""
+    from jtblas import hardware
+    from jtblas.bench import jax_loop, through_jax
+
+    hw = hardware.detect()
+    records = []
+    for key, shape, was, now in timeable:
+        dots = {"xla": jax_loop.xla_dot(shape), "before": jax_loop.jtblas_dot(shape, Config.from_short(was)),
+                "after": jax_loop.jtblas_dot(shape, Config.from_short(now))}
+        record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, rounds=rounds, trials=trials,
+                                          dots=dots)
+        record.update(before_pick=was, after_pick=now)
+        records.append(record)
+        seconds = {name: entry.get("seconds") for name, entry in record["contenders"].items()}
+        if all(seconds.values()):
+            xla, old, new = seconds["xla"], seconds["before"], seconds["after"]
+            log(f"{key}: XLA {xla * 1e6:.1f} µs, before {old * 1e6:.1f} ({xla / old:.2f}x XLA), after "
+                f"{new * 1e6:.1f} ({xla / new:.2f}x XLA), after ÷ before in speed {old / new:.3f}  {was} -> {now}")
+        else:
+            log(f"{key}: ERROR {record['contenders']}")
+    return records
+
+
+def summary(records: list[dict]) -> str:
+    timed = [r for r in records if all(e.get("seconds") for e in r["contenders"].values())]
+    if not timed:
+        return "no product timed"
+    speed = [r["contenders"]["before"]["seconds"] / r["contenders"]["after"]["seconds"] for r in timed]
+    before = [r["contenders"]["xla"]["seconds"] / r["contenders"]["before"]["seconds"] for r in timed]
+    after = [r["contenders"]["xla"]["seconds"] / r["contenders"]["after"]["seconds"] for r in timed]
+    return (f"{len(timed)} moved products timed: after ÷ before in speed {geomean(speed):.3f} geomean "
+            f"({sum(s > 1.01 for s in speed)} faster by > 1%, {sum(s < 0.99 for s in speed)} slower by > 1%, "
+            f"range {min(speed):.3f}-{max(speed):.3f}); against XLA {geomean(before):.3f} -> {geomean(after):.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("before", help="select_latency.py --dump of the model before the change")
+    parser.add_argument("after", help="select_latency.py --dump of the model after it")
+    parser.add_argument("--gpu", default=None, help="the built-in description whose picks count (default: this GPU's)")
+    parser.add_argument("--list", action="store_true", help="list the moved products; time nothing")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds in turn (the median is kept)")
+    parser.add_argument("--trials", type=int, default=3, help="slope samples per round")
+    parser.add_argument("--out", default=None, help="JSON file for the records")
+    args = parser.parse_args(argv)
+    try:
+        if args.rounds < 1 or args.trials < 1:
+            raise ValueError(f"picks_ab: --rounds and --trials must be >= 1, got {args.rounds} and {args.trials}")
+        dumps = []
+        for path in (args.before, args.after):
+            try:
+                with open(path) as f:
+                    dumps.append(json.load(f))
+            except (OSError, json.JSONDecodeError) as error:
+                raise ValueError(f"picks_ab: cannot read the dump {path!r}: {error}") from None
+        if args.gpu is None:
+            from jtblas import hardware
+
+            args.gpu = hardware.detect().name
+        timeable, other = moved(*dumps, args.gpu)
+    except ValueError as error:
+        print(str(error).splitlines()[0], file=sys.stderr)
+        return 2
+    print(f"{len(timeable) + len(other)} corpus products moved on {args.gpu}: {len(timeable)} to time, "
+          f"{len(other)} not timeable (repacked or batched)")
+    for key, _, was, now in other:
+        print(f"  not timed: {key}: {was} -> {now}")
+    if args.list:
+        for key, _, was, now in timeable:
+            print(f"  {key}: {was} -> {now}")
+        return 0
+    records = time_moved(timeable, rounds=args.rounds, trials=args.trials)
+    print(summary(records))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(gpu=args.gpu, before=args.before, after=args.after, products=records), f, indent=1,
+                      default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""benchmarks/picks_ab.py times what a model change moved: the corpus products whose pick differs
+between two `select_latency.py --dump` files on one GPU description, forced configs only (repacked
+and batched plans listed as not timed); its summary's arithmetic; bad arguments exit with one line."""
+
+import json
+
+import pytest
+
+from tests.reference import load_script
+
+
+@pytest.fixture(scope="module")
+def picks_ab():
+    return load_script("benchmarks/picks_ab.py")
+
+
+@pytest.fixture(scope="module")
+def dumps(picks_ab):
+    """A `before` dump of every corpus key on two GPUs, and an `after` that moves four h200 picks:
+    two forced configs, one to a repacked plan, one batched product."""
+    before = {}
+    for gpu in ("h200", "h100"):
+        for key in picks_ab.corpus_keys(gpu):
+            before[key] = {"pick": "128x256x64 w8 s4 g8", "seconds": 1e-4}
+    keys = picks_ab.corpus_keys("h200")
+    plain = [k for k, s in keys.items() if s.batch == 1]
+    batched = next(k for k, s in keys.items() if s.batch > 1)
+    after = {k: dict(v) for k, v in before.items()}
+    after[plain[0]]["pick"] = "128x256x64 w8 s4 g8 tma"
+    after[plain[1]]["pick"] = "128x128x64 w4 s5 g8"
+    after[plain[2]]["pick"] = "128x256x64 w8 s4 g8 +B"
+    after[batched]["pick"] = "128x128x64 w4 s3 g8"
+    return before, after, plain[:3], batched
+
+
+def test_moved_products_are_those_whose_pick_differs(picks_ab, dumps):
+    before, after, plain, batched = dumps
+    timeable, other = picks_ab.moved(before, after, "h200")
+    assert [t[0] for t in timeable] == plain[:2]
+    assert {o[0] for o in other} == {plain[2], batched}
+    assert timeable[0][2:] == ("128x256x64 w8 s4 g8", "128x256x64 w8 s4 g8 tma")
+    assert picks_ab.moved(before, after, "h100") == ([], [])
+
+
+def test_summary_counts_and_geomeans(picks_ab):
+    def record(xla, old, new):
+        return {"contenders": {"xla": {"seconds": xla}, "before": {"seconds": old}, "after": {"seconds": new}}}
+
+    text = picks_ab.summary([record(1.0, 2.0, 1.0), record(1.0, 1.0, 2.0), record(1.0, 1.0, None)])
+    assert text.startswith("2 moved products timed: after ÷ before in speed 1.000 geomean (1 faster by > 1%, "
+                           "1 slower by > 1%, range 0.500-2.000); against XLA 0.707 -> 0.707")
+    assert picks_ab.summary([]) == "no product timed"
+
+
+def test_list_names_every_moved_product(picks_ab, dumps, tmp_path, capsys):
+    before, after, plain, batched = dumps
+    paths = [tmp_path / "before.json", tmp_path / "after.json"]
+    for path, dump in zip(paths, (before, after)):
+        path.write_text(json.dumps(dump))
+    assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 corpus products moved on h200: 2 to time, 2 not timeable (repacked or batched)")
+    assert all(key in out for key in (*plain, batched))
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["missing.json", "missing.json", "--gpu", "h200"], "cannot read the dump"),
+    (["{before}", "{empty}", "--gpu", "h200"], "missing from a dump"),
+    (["{before}", "{before}", "--gpu", "h200", "--rounds", "0"], "--rounds"),
+])
+def test_bad_arguments_exit_with_one_line(picks_ab, dumps, tmp_path, capsys, argv, words):
+    (tmp_path / "before.json").write_text(json.dumps(dumps[0]))
+    (tmp_path / "empty.json").write_text("{}")
+    argv = [a.format(before=tmp_path / "before.json", empty=tmp_path / "empty.json") for a in argv]
+    assert picks_ab.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("picks_ab: ") and words in err[0]
