@@ -16,6 +16,10 @@ slope loop (`jtblas.bench.jax_loop`, B changing every iteration), each product's
            gate_up): one launch
   unfused  `jtblas.matmul(x, w)` then the same jnp epilogue (what `jtblas.nn.Dense` ran before)
 
+With `--tma`, a fourth where the model's plan of the bare product is the TMA kernel's (not for
+gate_up, which that kernel does not run): `tma`, the fused launch forced onto that config. The
+model does not offer the TMA kernel with an epilogue until this shows it pays (docs/model.md).
+
 Prints one line per product and writes the records (times in seconds) as JSON.
 """
 
@@ -79,7 +83,8 @@ def layer_products(max_products: int | None = None) -> list[tuple[shapes.Shape, 
     return found[:max_products]
 
 
-def contenders(shape: shapes.Shape, layer: str, activation: str | None) -> dict:
+def contenders(shape: shapes.Shape, layer: str, activation: str | None, *, tma: bool = False) -> dict:
+    """The contenders' `dot(a, b)` functions; with `tma`, `tma` too where `tma_twin` finds one."""
     if layer == "gate_up":
         return gated_contenders(activation)
     bias = jax.random.normal(jax.random.key(7), (shape.n,), jnp.dtype(shape.dtype))
@@ -101,7 +106,22 @@ def contenders(shape: shapes.Shape, layer: str, activation: str | None) -> dict:
     def unfused(a, b):
         return epilogue(jtblas.matmul(a, b).astype(jnp.float32), a).astype(a.dtype)
 
-    return dict(xla=xla, jtblas=fused, unfused=unfused)
+    found = dict(xla=xla, jtblas=fused, unfused=unfused)
+    twin = tma_twin(shape) if tma else None
+    if twin is not None:
+        found["tma"] = lambda a, b: jtblas.matmul(a, b, bias=bias, activation=activation,
+                                                  residual=a if residual else None, config=twin)
+    return found
+
+
+def tma_twin(shape: shapes.Shape, hw=None):
+    """The model's config for the bare product where it is the TMA kernel's (and nothing is
+    repacked), else None: the config the fused launch would take were the TMA kernel offered."""
+    from jtblas import model
+
+    plan = model.plan_for_problem(shape.problem(), hw or hardware.detect())
+    copies = plan.pad_a or plan.pad_b or plan.transpose_b
+    return plan.config if plan.config.tma and not copies else None
 
 
 def gated_contenders(activation: str) -> dict:
@@ -139,6 +159,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--time-budget", type=float, default=None, help="seconds: start no product after this")
     parser.add_argument("--layers", nargs="*", choices=LAYERS, default=LAYERS, help="time only these layers")
+    parser.add_argument("--tma", action="store_true",
+                        help="also the fused launch on the TMA config the model picks for the bare product")
     args = parser.parse_args()
     hw = hardware.detect()
     records = []
@@ -150,7 +172,7 @@ def main() -> None:
             break
         # The plan recorded is the fused launch's: the product with its epilogue.
         record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, trials=args.trials,
-                                          dots=contenders(shape, layer, activation),
+                                          dots=contenders(shape, layer, activation, tma=args.tma),
                                           problem=fused_problem(shape, layer, activation))
         record.update(layer=layer, activation=activation)
         records.append(record)
@@ -161,6 +183,8 @@ def main() -> None:
             line += (f" xla {seconds['xla'] * 1e6:8.1f} us  fused {seconds['jtblas'] * 1e6:8.1f}"
                      f" ({seconds['xla'] / seconds['jtblas']:.2f}x)  unfused {seconds['unfused'] * 1e6:8.1f}"
                      f" ({seconds['xla'] / seconds['unfused']:.2f}x)")
+            if "tma" in seconds:
+                line += f"  tma {seconds['tma'] * 1e6:8.1f} ({seconds['xla'] / seconds['tma']:.2f}x)"
         print(line, errors or "", flush=True)
     speedups = [r["contenders"]["xla"]["seconds"] / r["contenders"]["jtblas"]["seconds"] for r in records
                 if all(c.get("seconds") for c in r["contenders"].values())]
@@ -168,6 +192,12 @@ def main() -> None:
         geomean = math.exp(statistics.fmean(map(math.log, speedups)))
         print(f"fused layer / XLA's fused dot: geomean {geomean:.2f} over {len(speedups)} products "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
+    twins = [r["contenders"]["jtblas"]["seconds"] / r["contenders"]["tma"]["seconds"] for r in records
+             if "tma" in r["contenders"] and all(c.get("seconds") for c in r["contenders"].values())]
+    if twins:
+        geomean = math.exp(statistics.fmean(map(math.log, twins)))
+        print(f"TMA twin / fused pick in speed: geomean {geomean:.3f} over {len(twins)} products "
+              f"(min {min(twins):.3f}, max {max(twins):.3f})")
     with open(args.out, "w") as f:
         json.dump(dict(meta=through_jax.meta(3, args.trials), products=records), f, indent=1)
 

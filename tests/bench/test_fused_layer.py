@@ -1,7 +1,8 @@
 """benchmarks/fused_layer.py compares like with like: its layer list covers each epilogue once and
-the gated projections with their families' activations, and its three contenders (XLA's dot with
-the jnp epilogue, the fused launch, jtblas's product then the jnp epilogue) compute the same layer
-on small stand-ins of each kind (Triton's interpreter on CPU)."""
+the gated projections with their families' activations, and its contenders (XLA's dot with the
+jnp epilogue, the fused launch, jtblas's product then the jnp epilogue, with --tma the fused launch
+on the bare product's TMA pick) compute the same layer on small stand-ins of each kind (Triton's
+interpreter on CPU)."""
 
 import dataclasses
 
@@ -50,3 +51,25 @@ def test_contenders_compute_the_same_layer(fused_layer, layer, activation, rng):
         assert relative_error(results[name], results["xla"]) < 2e-2, name
     problem = fused_layer.fused_problem(small, layer, activation)
     assert problem.gated == (layer == "gate_up") and problem.out_n == columns
+
+
+def test_the_tma_contender_runs_the_bare_products_tma_pick_with_the_epilogue(fused_layer, monkeypatch, rng):
+    from jtblas import hardware
+    from jtblas.config import Config
+
+    shapes = {s.key(): s for s, kind, _ in fused_layer.layer_products() if kind == "up"}
+    bert_up = next(s for s in shapes.values() if (s.m, s.n, s.k) == (8192, 3072, 768))
+    assert fused_layer.tma_twin(bert_up, hardware.get("h100")).tma  # moved to TMA, 2026-12-06
+    decode = next(s for s, kind, _ in fused_layer.layer_products() if s.m == 1)
+    assert fused_layer.tma_twin(decode, hardware.get("h100")) is None
+    twin = Config(block_m=64, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=3, tma=True)
+    monkeypatch.setattr(fused_layer, "tma_twin", lambda shape: twin)
+    for layer, activation in (("up", "gelu"), ("o", None)):
+        k = 40 if layer == "o" else 48
+        small = dataclasses.replace(bert_up, m=24, n=40, k=k)
+        a = jnp.asarray(rng.standard_normal((24, k)), jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((k, 40)) / np.sqrt(k), jnp.bfloat16)
+        found = fused_layer.contenders(small, layer, activation, tma=True)
+        assert list(found) == ["xla", "jtblas", "unfused", "tma"]
+        reference = np.asarray(jax.jit(found["xla"])(a, b), np.float64)
+        assert relative_error(np.asarray(jax.jit(found["tma"])(a, b), np.float64), reference) < 2e-2, layer
