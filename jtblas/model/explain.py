@@ -168,7 +168,8 @@ class Explanation:
 
     def _kernel_words(self) -> str:
         """Which kernel runs the winner, against the same config on the other kernel (where both
-        can run it): the TMA kernel's shorter K step against its set-up per launch."""
+        can run it): the TMA kernel's shorter K step and its latency chain (fill and epilogue once
+        per program) against its set-up per launch."""
         win = self.winner
         on_pointer = dataclasses.replace(win.config, tma=False)
         twin = next((e for e in self.ranked if e.config.tma != win.config.tma
@@ -180,6 +181,7 @@ class Explanation:
         return (
             f" The {kernel} kernel: the same config on the {other} kernel predicts {_us(twin.predicted_seconds)} "
             f"({slower:.1f}% slower; K steps of {win.step * 1e9:.0f} against {twin.step * 1e9:.0f} ns, "
+            f"latency chain per SM {_us(win.sm_latency)} against {_us(twin.sm_latency)}, "
             f"launch {_us(win.launch)} against {_us(twin.launch)})."
         )
 

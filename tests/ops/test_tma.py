@@ -212,6 +212,13 @@ def test_explain_names_the_kernel_and_its_twin():
         in large.why()
     small = jtblas.explain(2048, 2048, 2048, hardware="h200")
     assert not small.config.tma and "The pointer kernel: the same config on the TMA kernel" in small.why()
+    # 8192x768x768 on the H100, three tiles per SM: the TMA kernel's one program per SM pays its
+    # pipeline's fill once, the pointer kernel's three programs, one after another, each pay theirs.
+    mid = jtblas.explain(8192, 768, 768, hardware="h100")
+    pointer = next(e for e in mid.ranked if e.config == dataclasses.replace(mid.config, tma=False))
+    assert mid.config.tma and mid.winner.sm_latency < pointer.sm_latency
+    assert f"latency chain per SM {mid.winner.sm_latency * 1e6:.2f} µs against {pointer.sm_latency * 1e6:.2f} µs" \
+        in mid.why()
     assert "kernel: the same config" not in jtblas.explain(2048, 2048, 2048, hardware="a100").why()
     split = jtblas.explain(256, 256, 65536, hardware="h200")  # a split pick has no TMA twin
     assert split.config.split_k > 1 and "kernel: the same config" not in split.why()
