@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             from jtblas import hardware
 
             args.gpu = hardware.detect().name
+        held = sorted({key.split(" ", 1)[0] for dump in dumps for key in dump})
+        if args.gpu not in held:
+            raise ValueError(f"picks_ab: the dumps hold no picks for {args.gpu!r} (they hold {held}): "
+                             "name one with --gpu")
         timeable, other = moved(*dumps, args.gpu)
     except ValueError as error:
         print(str(error).splitlines()[0], file=sys.stderr)

@@ -67,6 +67,7 @@ def test_list_names_every_moved_product(picks_ab, dumps, tmp_path, capsys):
     (["missing.json", "missing.json", "--gpu", "h200"], "cannot read the dump"),
     (["{before}", "{empty}", "--gpu", "h200"], "missing from a dump"),
     (["{before}", "{before}", "--gpu", "h200", "--rounds", "0"], "--rounds"),
+    (["{before}", "{before}", "--gpu", "a100"], "no picks for 'a100'"),
 ])
 def test_bad_arguments_exit_with_one_line(picks_ab, dumps, tmp_path, capsys, argv, words):
     (tmp_path / "before.json").write_text(json.dumps(dumps[0]))
