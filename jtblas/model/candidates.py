@@ -556,7 +556,9 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
     # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md). Nor, for now,
     # for a problem with an epilogue: the kernel applies one (`matmul_tma_epilogue_kernel`), but a
-    # bias and residual read per tile in its flattened loop have not been timed on a GPU.
+    # bias and residual read per tile in its flattened loop have not been timed on a GPU. (Offering
+    # it also takes the epilogue's conversion scratch, `resources.shared_memory_bytes`, into
+    # `programs_per_sm_arrays`, which counts a TMA twin's store staging only.)
     if (hardware.tma and not problem.has_epilogue
             and not resources.tma_errors(Config(tma=True), problem, hardware)):  # the problem's limits
         parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True)))

@@ -14,6 +14,9 @@ from jtblas.gpus import Hardware
 # its 64 accumulator registers (nvcc -Xptxas -v on Triton 3.x kernels; also tritonBLAS's port notes).
 NON_ACCUMULATOR_REGISTERS = 64
 
+# Bytes per element of the TMA kernel's epilogue conversion scratch (`shared_memory_bytes`).
+TMA_EPILOGUE_SCRATCH_BYTES = 4
+
 
 def shared_memory_bytes(config: Config, problem: Problem) -> int:
     """Shared memory of one program (bytes): the pipelined A and B tiles, plus for the TMA kernel
@@ -39,10 +42,6 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     epilogue = (config.block_n * TMA_EPILOGUE_SCRATCH_BYTES * bool(problem.bias_dtype)
                 + config.block_m * config.block_n * TMA_EPILOGUE_SCRATCH_BYTES * bool(problem.residual_dtype))
     return pipeline + config.block_m * store_n * problem.out_bytes + epilogue
-
-
-# Bytes per element of the TMA kernel's epilogue conversion scratch (`shared_memory_bytes`).
-TMA_EPILOGUE_SCRATCH_BYTES = 4
 
 
 def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:
