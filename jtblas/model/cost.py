@@ -95,12 +95,12 @@ from jtblas.model import candidates, resources
 
 # Split-K partials are fp32.
 PARTIAL_BYTES = 4
-# fp32 FLOPs per output element of each epilogue activation (`jtblas.kernels.matmul.activated`),
-# counting an FMA-pipe instruction as 2 and a multi-function-unit one (ex2, rcp: a quarter of the
-# FMA rate per SM) as 8: relu 1 max; silu an exp, an add, a reciprocal, 2 multiplies; gelu_tanh
-# the cubic (4) and silu's sigmoid; gelu libdevice's erf (~12 FMAs and an exp) and 3 more.
-# Estimates from the instruction mix, not measured.
-ACTIVATION_FLOPS = {"": 0, "relu": 2, "silu": 22, "gelu_tanh": 30, "gelu": 38}
+# fp32 FLOPs per output element of each epilogue activation (`jtblas.kernels.matmul.activated`):
+# its PTX for sm_90 (Triton 3.6), counting an FMA-pipe instruction (add, mul, fma, min, max) as 2,
+# a multi-function-unit one (ex2: a quarter of the FMA rate per SM) as 8 and a division as a
+# reciprocal and two FMAs, 12. relu 1 max; silu 4 FMA-pipe, an ex2, a division; gelu_tanh 8, an
+# ex2, a division; gelu (the branch-free erf) 18 and a division. A test recounts them.
+ACTIVATION_FLOPS = {"": 0, "relu": 2, "silu": 28, "gelu_tanh": 36, "gelu": 48}
 # fp32 FLOPs per output element of a gated product's pairing beyond its activation: the multiply
 # (an estimate; the register shuffle that pairs the two halves is not counted).
 GATE_FLOPS = 2

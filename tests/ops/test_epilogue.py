@@ -9,12 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jtblas
 from jtblas import hardware, launch_specs, model
 from jtblas.config import Config, Problem
+from jtblas.kernels.matmul import activated
 from jtblas.model import candidates, cost, resources
 from tests.ops.test_matmul import BACKENDS, on_backend
 from tests.reference import (
@@ -435,6 +438,32 @@ def test_the_model_offers_no_tma_epilogue_and_a_gated_product_none_at_all():
     assert any("gated" in e for e in resources.tma_errors(twin, gated, H200))
     with pytest.raises(ValueError, match="gated product"):
         launch_specs.launch_spec(gated, twin, hw=H200)
+
+
+@triton.jit
+def _activation_kernel(x_ptr, y_ptr, ACTIVATION: tl.constexpr):
+    offsets = tl.program_id(0) * 128 + tl.arange(0, 128)
+    tl.store(y_ptr + offsets, activated(tl.load(x_ptr + offsets), ACTIVATION))
+
+
+# Instruction costs of `cost.ACTIVATION_FLOPS`: 2 an FMA-pipe instruction, 8 an ex2, 12 a division.
+PTX_FLOPS = {"add": 2, "sub": 2, "mul": 2, "fma": 2, "max": 2, "min": 2, "neg": 2, "abs": 2, "ex2": 8, "div": 12}
+
+
+@pytest.mark.parametrize("activation", [*jtblas.ACTIVATIONS])
+def test_activation_flops_are_the_compiled_instruction_mix(activation):
+    """`cost.ACTIVATION_FLOPS` counts the fp32 instructions `activated` compiles to for sm_90 (to
+    one FMA-pipe instruction: Triton 3.9 folds silu's negation into a multiply, 3.6 does not), and
+    none of them branches (libdevice's erff did, per element)."""
+    from tests.reference import compile_for_sm90
+
+    ptx = compile_for_sm90(_activation_kernel, {"ACTIVATION": activation}, num_warps=4, num_stages=1,
+                           pointer_type="*fp32").asm["ptx"]
+    opcodes = [line.split()[0].split(".")[0] for line in ptx.splitlines()
+               if line.strip() and ".f32" in line.split()[0]]
+    assert not [line for line in ptx.splitlines() if line.strip().startswith("bra")], activation
+    counted = sum(PTX_FLOPS[op] for op in opcodes if op in PTX_FLOPS)
+    assert abs(counted - cost.ACTIVATION_FLOPS[activation]) <= PTX_FLOPS["fma"], opcodes
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
