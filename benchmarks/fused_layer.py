@@ -17,8 +17,8 @@ slope loop (`jtblas.bench.jax_loop`, B changing every iteration), each product's
   unfused  `jtblas.matmul(x, w)` then the same jnp epilogue (what `jtblas.nn.Dense` ran before)
 
 With `--tma`, a fourth where the model's plan of the bare product is the TMA kernel's (not for
-gate_up, which that kernel does not run): `tma`, the fused launch forced onto that config. The
-model does not offer the TMA kernel with an epilogue until this shows it pays (docs/model.md).
+gate_up, which that kernel does not run): `tma`, the fused launch forced onto that config (where
+the fused pick is not the same config, what the epilogue moved the model's choice from).
 
 Prints one line per product and writes the records (times in seconds) as JSON.
 """

@@ -209,9 +209,6 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
                        "only where the swap turns its mma.sync into wgmma")
     if config.tma and not resources.uses_wgmma(config, problem, hardware):
         reasons.append("tma: the TMA kernel is offered for wgmma tiles only (its terms were measured on them)")
-    if config.tma and problem.has_epilogue:
-        reasons.append(f"tma: the TMA kernel runs an epilogue ({problem.epilogue_short().strip()}) as a forced "
-                       "config only (not yet timed on a GPU)")
     return reasons
 
 
@@ -420,8 +417,9 @@ def _product_grid() -> Candidates:
 
 @functools.lru_cache(maxsize=64)
 def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_bytes: int, low_s: int, fma: bool,
-                  tma: bool) -> Candidates:
-    """The plain candidates (or with `tma`, their TMA twins) of the rules that depend on nothing
+                  tma: bool, epilogue: tuple[bool, bool] = (False, False)) -> Candidates:
+    """The plain candidates (or with `tma`, their TMA twins, whose epilogue reads the operands
+    `epilogue` names, `resources.epilogue_operands`) of the rules that depend on nothing
     but the hardware, the operand sizes (`resources.operand_sizes`) and the output's and the
     fewest stages: registers, warps per
     tile, shared memory, occupancy; with their programs per SM and wgmma (`fma`: the tile runs on
@@ -447,13 +445,13 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
     if not tma:
         return plain
     # The TMA kernel's twins of the plain wgmma tiles (rows a multiple of 64, a warpgroup's warps)
-    # that fit with its store staging (`resources.fit_errors`, `resources.tma_errors` per config).
+    # that fit with its store staging and epilogue scratch (`resources.fit_errors`,
+    # `resources.tma_errors` per config).
     twins = _with(plain.take(wgmma), tma=1)
     biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
-    store_n = np.where(twins.block_n >= 256, twins.block_n // 2, twins.block_n)
-    smem = (_pipeline_bytes(twins.block_m, twins.block_n, twins.block_k, twins.num_stages, sizes)
-            + twins.block_m * store_n * out_bytes)
-    programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware)
+    smem = _pipeline_bytes(twins.block_m, twins.block_n, twins.block_k, twins.num_stages, sizes) + _tma_bytes(
+        twins.block_m, twins.block_n, out_bytes, epilogue)
+    programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware, epilogue)
     keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
             & (32 * twins.num_warps <= 1024) & (programs >= 1))
     twins = twins.take(keep)
@@ -475,14 +473,21 @@ def _pipeline_bytes(bm, bn, bk, stages, sizes: tuple[int, int, int, int]):
     return stages * (bm * a_bytes + bn * b_bytes) * bk + (bm * a_cast + bn * b_cast) * bk
 
 
+def _tma_bytes(bm, bn, out_bytes: int, epilogue: tuple[bool, bool]):
+    """Shared memory the TMA kernel takes beyond its pipeline (`resources.shared_memory_bytes`):
+    its store staging and its epilogue's scratch, on arrays."""
+    store_n = np.where(bn >= 256, bn // 2, bn)
+    return bm * store_n * out_bytes + resources.tma_epilogue_scratch_bytes(bm, bn, epilogue)
+
+
 def programs_per_sm_arrays(candidates: Candidates, sizes: tuple[int, int, int, int], out_bytes: int,
-                           hardware: Hardware) -> np.ndarray:
+                           hardware: Hardware, epilogue: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """`resources.programs_per_sm` of every candidate (at least 0), for operands of `sizes`
-    (`resources.operand_sizes`) and an output of `out_bytes`."""
+    (`resources.operand_sizes`), an output of `out_bytes` and an epilogue reading the operands
+    `epilogue` names (`resources.epilogue_operands`)."""
     bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
     smem = _pipeline_bytes(bm, bn, candidates.block_k, candidates.num_stages, sizes)
-    store_n = np.where(bn >= 256, bn // 2, bn)
-    smem = np.where(candidates.tma, smem + bm * store_n * out_bytes, smem)
+    smem = np.where(candidates.tma, smem + _tma_bytes(bm, bn, out_bytes, epilogue), smem)
     by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
     unit = resources.REGISTER_ALLOCATION_UNIT
     per_thread = -(-(bm * bn // (32 * warps) + resources.NON_ACCUMULATOR_REGISTERS) // unit) * unit
@@ -554,14 +559,11 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # The TMA kernel's twins of the plain wgmma candidates it can run (`resources.tma_errors`) with
     # its store staging in shared memory (`resources.shared_memory_bytes`). The kernel also runs
     # mma.sync tiles, but its equations' TMA terms (set-up per launch, K step) were measured on
-    # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md). Nor, for now,
-    # for a problem with an epilogue: the kernel applies one (`matmul_tma_epilogue_kernel`), but a
-    # bias and residual read per tile in its flattened loop have not been timed on a GPU. (Offering
-    # it also takes the epilogue's conversion scratch, `resources.shared_memory_bytes`, into
-    # `programs_per_sm_arrays`, which counts a TMA twin's store staging only.)
-    if (hardware.tma and not problem.has_epilogue
-            and not resources.tma_errors(Config(tma=True), problem, hardware)):  # the problem's limits
-        parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True)))
+    # wgmma tiles only (2026-12-01), so those twins are not offered (docs/model.md). With an
+    # epilogue (`matmul_tma_epilogue_kernel`), each twin also holds its conversion scratch.
+    if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
+        parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True,
+                                            resources.epilogue_operands(problem))))
     return _epilogue_fits(parts[0] if len(parts) == 1 else _concatenate(parts), problem, hardware)
 
 

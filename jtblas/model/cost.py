@@ -66,9 +66,10 @@ whose tiles store half their columns: C, its residual and the activation count M
 The TMA kernel (config.tma) runs the same equations with a shorter K step
 (`tma_k_step_overhead_clocks`), a launch that costs `tma_setup_seconds` more, and, being
 persistent (one flattened loop over its tiles), a latency chain that pays the fill and the
-epilogue once per program (docs/model.md):
+epilogue's store once per program, a fused epilogue's reads and activation (its own work) once per
+tile (docs/model.md):
 
-    sm_latency (TMA) = cold_starts · (fill + epilogue) + rounds · loop latency
+    sm_latency (TMA) = cold_starts · (fill + epilogue − work) + rounds · (loop latency + work)
     rounds = ceil(tiles_per_sm / programs_per_sm), cold_starts = ceil(rounds / tiles a program walks)
 
 `estimate_arrays` evaluates these equations on every candidate at once (NumPy arrays, one per
@@ -514,7 +515,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         wgmma = c.table[candidates.ROWS.index("uses_wgmma")] != 0
     else:
         programs = np.maximum(1, candidates.programs_per_sm_arrays(c, resources.operand_sizes(problem),
-                                                                   problem.out_bytes, hardware))
+                                                                   problem.out_bytes, hardware,
+                                                                   resources.epilogue_operands(problem)))
         wgmma = candidates.uses_wgmma_arrays(c, problem, hardware)
     tiles_per_sm = -(-grid // sms)
     waves = -(-grid // (sms * programs))
@@ -586,12 +588,16 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     c_tile = bm * out_columns * stored_bytes
     store_width = np.where(shift_b, stored_bytes, full)
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
+    # The epilogue's own work: its bias and residual reads and its activation, done by the warps
+    # that run the next tile's MMAs.
+    epilogue_work = 0.0
     if problem.has_epilogue:
         fused = split == 1  # else the reduction kernel applies it (`reduction_seconds`)
         epilogue_reads = (bm * out_columns * problem.residual_bytes + bn * problem.bias_bytes) / load_port
         flops = ACTIVATION_FLOPS[problem.activation] + (GATE_FLOPS if problem.gated else 0)
         activation = bm * out_columns * flops * sms / hardware.fp32_flops
-        epilogue = epilogue + np.where(fused, epilogue_reads + activation, 0.0)
+        epilogue_work = np.where(fused, epilogue_reads + activation, 0.0)
+    epilogue = epilogue + epilogue_work
     tile_throughput = k_steps * step + epilogue
     loop_latency = np.maximum(k_steps * step_chain, (k_steps - 1) * step_latency)
     tile_latency = fill + loop_latency + epilogue
@@ -602,13 +608,18 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # the fill and the epilogue on its latency chain once, not per tile (the pointer kernel's next
     # program starts cold). Measured 2026-12-06 on the H100 through JAX, 128x128x64 w4 s4 with one
     # tile and three per SM: each further tile cost 12 K steps' time on the TMA kernel and 1.5 µs
-    # more on the pointer kernel. Its grid is min(tiles, resident programs) per batch entry
-    # (`launch_specs.tma_launch_spec`), so a batch of small products still runs one tile a program.
+    # more on the pointer kernel. The epilogue's own work (`epilogue_work`) stays on the chain of
+    # every tile: the warps that compute it issue the next tile's MMAs (2026-12-06, H100 through
+    # JAX, 8192x3072x768 with a bias, 128x256x64 w8 s4, 6 tiles per SM: exact GELU cost the TMA
+    # kernel 36 µs more than relu, 6 µs a tile, none of it hidden behind the next tile).
+    # Its grid is min(tiles, resident programs) per batch entry (`launch_specs.tma_launch_spec`), so
+    # a batch of small products still runs one tile a program.
     rounds = -(-tiles_per_sm // programs)
     entry_tiles = tiles_m * tiles_n
     tiles_per_program = -(-entry_tiles // np.minimum(entry_tiles, sms * programs))
     cold_starts = -(-rounds // tiles_per_program)
-    sm_latency = np.where(tma, cold_starts * (fill + epilogue) + rounds * loop_latency, rounds * tile_latency)
+    tma_chain = cold_starts * (fill + epilogue - epilogue_work) + rounds * (loop_latency + epilogue_work)
+    sm_latency = np.where(tma, tma_chain, rounds * tile_latency)
     sm = np.maximum(sm_throughput, sm_latency)
 
     # dram_operand_bytes

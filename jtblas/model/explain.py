@@ -168,8 +168,8 @@ class Explanation:
 
     def _kernel_words(self) -> str:
         """Which kernel runs the winner, against the same config on the other kernel (where both
-        can run it): the TMA kernel's shorter K step and its latency chain (fill and epilogue once
-        per program) against its set-up per launch."""
+        can run it): the TMA kernel's shorter K step and its latency chain (fill and store once per
+        program, a fused epilogue's reads and activation per tile) against its set-up per launch."""
         win = self.winner
         on_pointer = dataclasses.replace(win.config, tma=False)
         twin = next((e for e in self.ranked if e.config.tma != win.config.tma

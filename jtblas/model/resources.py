@@ -39,9 +39,21 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     if not config.tma:
         return pipeline
     store_n = config.block_n // 2 if store_halves(config) else config.block_n
-    epilogue = (config.block_n * TMA_EPILOGUE_SCRATCH_BYTES * bool(problem.bias_dtype)
-                + config.block_m * config.block_n * TMA_EPILOGUE_SCRATCH_BYTES * bool(problem.residual_dtype))
-    return pipeline + config.block_m * store_n * problem.out_bytes + epilogue
+    return (pipeline + config.block_m * store_n * problem.out_bytes
+            + tma_epilogue_scratch_bytes(config.block_m, config.block_n, epilogue_operands(problem)))
+
+
+def epilogue_operands(problem: Problem) -> tuple[bool, bool]:
+    """(whether the problem's epilogue reads a bias, whether it reads a residual)."""
+    return bool(problem.bias_dtype), bool(problem.residual_dtype)
+
+
+def tma_epilogue_scratch_bytes(block_m, block_n, operands: tuple[bool, bool]):
+    """Shared memory the TMA kernel's epilogue takes to convert its bias row and residual tile
+    (`operands`: `epilogue_operands`) to the accumulator's layout (bytes; ints or arrays):
+    block_n × 4 and block_m × block_n × 4 (`shared_memory_bytes`)."""
+    bias, residual = operands
+    return block_n * TMA_EPILOGUE_SCRATCH_BYTES * bias + block_m * block_n * TMA_EPILOGUE_SCRATCH_BYTES * residual
 
 
 def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:
