@@ -83,10 +83,12 @@ def layer_products(max_products: int | None = None) -> list[tuple[shapes.Shape, 
     return found[:max_products]
 
 
-def contenders(shape: shapes.Shape, layer: str, activation: str | None, *, tma: bool = False) -> dict:
-    """The contenders' `dot(a, b)` functions; with `tma`, `tma` too where `tma_twin` finds one."""
+def contenders(shape: shapes.Shape, layer: str, activation: str | None, *, tma: bool = False,
+                config: jtblas.Config | None = None) -> dict:
+    """The contenders' `dot(a, b)` functions; with `tma`, `tma` too where `tma_twin` finds one;
+    with `config`, the fused launch forced onto it."""
     if layer == "gate_up":
-        return gated_contenders(activation)
+        return gated_contenders(activation, config=config)
     bias = jax.random.normal(jax.random.key(7), (shape.n,), jnp.dtype(shape.dtype))
     residual = layer == "o"
 
@@ -101,7 +103,8 @@ def contenders(shape: shapes.Shape, layer: str, activation: str | None, *, tma: 
         return epilogue(y, a).astype(a.dtype)
 
     def fused(a, b):
-        return jtblas.matmul(a, b, bias=bias, activation=activation, residual=a if residual else None)
+        return jtblas.matmul(a, b, bias=bias, activation=activation, residual=a if residual else None,
+                             config=config)
 
     def unfused(a, b):
         return epilogue(jtblas.matmul(a, b).astype(jnp.float32), a).astype(a.dtype)
@@ -124,8 +127,9 @@ def tma_twin(shape: shapes.Shape, hw=None):
     return plan.config if plan.config.tma and not copies else None
 
 
-def gated_contenders(activation: str) -> dict:
-    """act(x·W[:, :F]) · (x·W[:, F:]), no bias (as in these families)."""
+def gated_contenders(activation: str, *, config: jtblas.Config | None = None) -> dict:
+    """act(x·W[:, :F]) · (x·W[:, F:]), no bias (as in these families); with `config`, the fused
+    launch forced onto it."""
 
     def glu(y):
         gate, up = jnp.split(y, 2, axis=-1)
@@ -136,7 +140,7 @@ def gated_contenders(activation: str) -> dict:
         return glu(y).astype(a.dtype)
 
     def fused(a, b):
-        return jtblas.matmul(a, b, activation=activation, gated=True)
+        return jtblas.matmul(a, b, activation=activation, gated=True, config=config)
 
     def unfused(a, b):
         return glu(jtblas.matmul(a, b).astype(jnp.float32)).astype(a.dtype)

@@ -13,7 +13,10 @@ another), in the corpus's dtype. Both picks run as forced configs on the operand
 kernels are this checkout's: the change must be to the model alone), in the same jitted slope
 loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`). A plan that copies
 an operand first (repacking) or a batched product cannot be forced so; those are listed as not
-timed. Prints one line per product and the geometric means; writes the records as JSON.
+timed. The dumps also hold the fused layers' products (`fused_layer.py`'s set, each with its
+bias, activation, residual or gate): a moved one is timed as that layer, its fused launch on each
+pick beside XLA's dot with the same epilogue in jnp. Prints one line per product and the
+geometric means; writes the records as JSON.
 """
 
 from __future__ import annotations
@@ -23,11 +26,28 @@ import json
 import math
 import statistics
 import sys
+from pathlib import Path
+from typing import NamedTuple
 
 from jtblas.bench import shapes
 from jtblas.config import Config
 
+sys.path.insert(0, str(Path(__file__).parent))  # its neighbour fused_layer.py
+import fused_layer  # noqa: E402
+
 REPACK_FLAGS = (" +A", " +B", " +Bt")
+
+
+class Moved(NamedTuple):
+    """A product whose pick moved: its dump key, shape, pick before and after, and for a fused
+    layer's product its layer and activation (`fused_layer.layer_products`)."""
+
+    key: str
+    shape: shapes.Shape
+    before: str
+    after: str
+    layer: str | None = None
+    activation: str | None = None
 
 
 def corpus_keys(gpu: str) -> dict[str, shapes.Shape]:
@@ -40,19 +60,31 @@ def corpus_keys(gpu: str) -> dict[str, shapes.Shape]:
     return found
 
 
-def moved(before: dict, after: dict, gpu: str) -> tuple[list[tuple], list[tuple]]:
-    """(timeable, not timeable): (key, shape, pick before, pick after) of every corpus product on
-    `gpu` whose pick differs between the dumps; not timeable where either pick repacks an operand
-    or the product is batched (forced configs run neither)."""
+def fused_keys(gpu: str) -> dict[str, tuple[shapes.Shape, str, str | None]]:
+    """The dump key of every fused layer's product on `gpu` (`select_latency.fused_problems`),
+    with its shape, layer and activation."""
+    return {f"{gpu} {problem.short()} {problem.input_precision}": (shape, layer, activation)
+            for shape, layer, activation in fused_layer.layer_products()
+            for problem in [fused_layer.fused_problem(shape, layer, activation)]}
+
+
+def moved(before: dict, after: dict, gpu: str) -> tuple[list[Moved], list[Moved]]:
+    """(timeable, not timeable): every corpus product and fused layer's product on `gpu` whose
+    pick differs between the dumps; not timeable where either pick repacks an operand or the
+    product is batched (forced configs run neither). Fused products count where both dumps hold
+    them (dumps older than 2026-12-06 do not)."""
+    found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu).items()]
+    found += [Moved(key, *layer[:1], "", "", *layer[1:]) for key, layer in fused_keys(gpu).items()
+              if key in before and key in after]
     timeable, other = [], []
-    for key, shape in corpus_keys(gpu).items():
-        if key not in before or key not in after:
-            raise ValueError(f"picks_ab: {key!r} is missing from a dump (dumps of another corpus?)")
-        was, now = before[key]["pick"], after[key]["pick"]
+    for product in found:
+        if product.key not in before or product.key not in after:
+            raise ValueError(f"picks_ab: {product.key!r} is missing from a dump (dumps of another corpus?)")
+        was, now = before[product.key]["pick"], after[product.key]["pick"]
         if was == now:
             continue
-        forced = shape.batch == 1 and not any(f in was or f in now for f in REPACK_FLAGS)
-        (timeable if forced else other).append((key, shape, was, now))
+        forced = product.shape.batch == 1 and not any(f in was or f in now for f in REPACK_FLAGS)
+        (timeable if forced else other).append(product._replace(before=was, after=now))
     return timeable, other
 
 
@@ -60,19 +92,33 @@ def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def time_moved(timeable: list[tuple], *, rounds: int, trials: int, log=print) -> list[dict]:
+def contenders(product: Moved) -> dict:
+    """XLA's dot and the product on each pick (a fused layer's with its epilogue, in jnp for XLA)."""
+    from jtblas.bench import jax_loop
+
+    was, now = Config.from_short(product.before), Config.from_short(product.after)
+    if product.layer is None:
+        return {"xla": jax_loop.xla_dot(product.shape), "before": jax_loop.jtblas_dot(product.shape, was),
+                "after": jax_loop.jtblas_dot(product.shape, now)}
+    layer = (product.shape, product.layer, product.activation)
+    return {"xla": fused_layer.contenders(*layer)["xla"],
+            "before": fused_layer.contenders(*layer, config=was)["jtblas"],
+            "after": fused_layer.contenders(*layer, config=now)["jtblas"]}
+
+
+def time_moved(timeable: list[Moved], *, rounds: int, trials: int, log=print) -> list[dict]:
     """Each moved product's record: XLA, the pick before and the pick after, in one loop."""
     from jtblas import hardware
-    from jtblas.bench import jax_loop, through_jax
+    from jtblas.bench import through_jax
 
     hw = hardware.detect()
     records = []
-    for key, shape, was, now in timeable:
-        dots = {"xla": jax_loop.xla_dot(shape), "before": jax_loop.jtblas_dot(shape, Config.from_short(was)),
-                "after": jax_loop.jtblas_dot(shape, Config.from_short(now))}
+    for key, shape, was, now, layer, activation in timeable:
+        problem = None if layer is None else fused_layer.fused_problem(shape, layer, activation)
         record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, rounds=rounds, trials=trials,
-                                          dots=dots)
-        record.update(before_pick=was, after_pick=now)
+                                          dots=contenders(Moved(key, shape, was, now, layer, activation)),
+                                          problem=problem)
+        record.update(before_pick=was, after_pick=now, layer=layer, activation=activation)
         records.append(record)
         seconds = {name: entry.get("seconds") for name, entry in record["contenders"].items()}
         if all(seconds.values()):
@@ -130,11 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{len(timeable) + len(other)} corpus products moved on {args.gpu}: {len(timeable)} to time, "
           f"{len(other)} not timeable (repacked or batched)")
-    for key, _, was, now in other:
-        print(f"  not timed: {key}: {was} -> {now}")
+    for product in other:
+        print(f"  not timed: {product.key}: {product.before} -> {product.after}")
     if args.list:
-        for key, _, was, now in timeable:
-            print(f"  {key}: {was} -> {now}")
+        for product in timeable:
+            print(f"  {product.key}: {product.before} -> {product.after}")
         return 0
     records = time_moved(timeable, rounds=args.rounds, trials=args.trials)
     print(summary(records))

@@ -10,8 +10,9 @@ repacking planned), three times, its fastest counting (other work on the machine
 then again with the caches warm (cached, five times); median and 90th percentile per call.
 
 Picks: the plan (config, repacked operands) and its predicted seconds for every corpus product on
-the H200, H100 and A100, in the corpus's dtype and again in fp32 (tf32 and ieee) and fp16: what a
-change to the model's speed must leave identical.
+the H200, H100 and A100, in the corpus's dtype and again in fp32 (tf32 and ieee) and fp16, and for
+every fused layer's product (`fused_layer.py`'s set, with its epilogue): what a change to the
+model's speed must leave identical, and what `picks_ab.py` reads.
 """
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ import json
 import statistics
 import time
 
+import sys
+from pathlib import Path
+
 import jtblas
 from jtblas import hardware, model, selection
 from jtblas.bench import shapes
+
+sys.path.insert(0, str(Path(__file__).parent))  # its neighbour fused_layer.py
+import fused_layer  # noqa: E402
 
 GPUS = ("h200", "h100", "a100")
 # (dtype, input precision) variants of every corpus product; None keeps the corpus's dtype.
@@ -43,7 +50,7 @@ def corpus_problems():
 
 
 def pick_problems():
-    """Every corpus problem in every dtype variant (distinct)."""
+    """Every corpus problem in every dtype variant, then every fused layer's problem (distinct)."""
     seen, problems = set(), []
     for problem in corpus_problems():
         for dtype, precision in VARIANTS:
@@ -52,6 +59,11 @@ def pick_problems():
             if variant not in seen:
                 seen.add(variant)
                 problems.append(variant)
+    for layer in fused_layer.layer_products():
+        problem = fused_layer.fused_problem(*layer)
+        if problem not in seen:
+            seen.add(problem)
+            problems.append(problem)
     return problems
 
 

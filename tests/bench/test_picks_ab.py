@@ -1,6 +1,7 @@
-"""benchmarks/picks_ab.py times what a model change moved: the corpus products whose pick differs
-between two `select_latency.py --dump` files on one GPU description, forced configs only (repacked
-and batched plans listed as not timed); its summary's arithmetic; bad arguments exit with one line."""
+"""benchmarks/picks_ab.py times what a model change moved: the corpus products and fused layers'
+products whose pick differs between two `select_latency.py --dump` files on one GPU description,
+forced configs only (repacked and batched plans listed as not timed); its summary's arithmetic;
+bad arguments exit with one line."""
 
 import json
 
@@ -36,10 +37,26 @@ def dumps(picks_ab):
 def test_moved_products_are_those_whose_pick_differs(picks_ab, dumps):
     before, after, plain, batched = dumps
     timeable, other = picks_ab.moved(before, after, "h200")
-    assert [t[0] for t in timeable] == plain[:2]
-    assert {o[0] for o in other} == {plain[2], batched}
-    assert timeable[0][2:] == ("128x256x64 w8 s4 g8", "128x256x64 w8 s4 g8 tma")
+    assert [t.key for t in timeable] == plain[:2]
+    assert {o.key for o in other} == {plain[2], batched}
+    assert (timeable[0].before, timeable[0].after) == ("128x256x64 w8 s4 g8", "128x256x64 w8 s4 g8 tma")
+    assert timeable[0].layer is None
     assert picks_ab.moved(before, after, "h100") == ([], [])
+
+
+def test_a_moved_fused_layer_is_timed_as_that_layer(picks_ab, dumps):
+    """A fused layer's product counts where both dumps hold it, and runs with its epilogue: XLA's
+    dot with the same epilogue in jnp, the fused launch forced onto each pick."""
+    before, after = ({k: dict(v) for k, v in dump.items()} for dump in dumps[:2])
+    keys = picks_ab.fused_keys("h200")
+    key, (shape, layer, activation) = next((k, v) for k, v in keys.items() if v[1] == "up")
+    assert "+bias(" in key and activation in key
+    after[key] = {"pick": "128x256x64 w8 s4 g8 tma", "seconds": 1e-4}
+    assert key not in [t.key for t in picks_ab.moved(before, after, "h200")[0]]  # not in both dumps
+    before[key] = {"pick": "128x256x64 w8 s4 g8", "seconds": 1e-4}
+    product = next(t for t in picks_ab.moved(before, after, "h200")[0] if t.key == key)
+    assert (product.layer, product.activation, product.shape) == (layer, activation, shape)
+    assert set(picks_ab.contenders(product)) == {"xla", "before", "after"}
 
 
 def test_summary_counts_and_geomeans(picks_ab):
