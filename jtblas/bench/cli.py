@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from jtblas.bench import shapes as shapes_mod
+from jtblas.jax_triton_adapter import drop_blank_triton_cache_dir
 
 PROGRAM = "jtblas bench"
 TORCH_CONTENDERS = ("jtblas", "oracle", "cublas", "tutorial", "nvmmh")
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A parent that imported jax-triton 0.3.1 passes TRITON_CACHE_DIR="" on; the torch-launch
+    # contenders' Triton kernels then fail to compile ("Could not create or locate cache dir").
+    drop_blank_triton_cache_dir()
     if args.report_only:
         return _report_only(args)
     # Before anything initialises JAX's GPU backend: leave memory for torch and the model steps

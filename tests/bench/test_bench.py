@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import re
+import os
 import statistics
 import subprocess
 import sys
@@ -558,6 +559,15 @@ def test_model_accuracy_by_plan_kind_grid_and_length():
     text = jax_report.markdown(dict(meta=dict(hardware_model="h200"), products=timed))
     assert "## How the model's predictions held" in text
     assert "| K phases, fills the GPU, 20 µs or more | 1 | 1.50 |" in text
+
+
+def test_bench_drops_a_blank_triton_cache_dir(tmp_path, monkeypatch):
+    """A parent process that imported jax-triton 0.3.1 (a pytest session) passes TRITON_CACHE_DIR=""
+    on; `jtblas bench` drops it first, or its torch-launch contenders fail to compile ("Could not
+    create or locate cache dir": the GPU smoke test inside the whole gpu suite, 2026-12-06)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", "")
+    assert cli.main(["--report-only", str(tmp_path / "missing.json"), "--out", str(tmp_path / "out")]) == 2
+    assert "TRITON_CACHE_DIR" not in os.environ
 
 
 def test_report_only_merges_parts_with_model_steps(tmp_path):
