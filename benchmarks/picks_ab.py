@@ -2,7 +2,7 @@
 old pick and the new one timed beside XLA's dot, through JAX.
 
     # the model before the change (a second checkout: git worktree add /tmp/before HEAD~1)
-    (cd /tmp/before && python benchmarks/select_latency.py --dump /tmp/before.json)
+    PYTHONPATH=/tmp/before python benchmarks/select_latency.py --dump /tmp/before.json
     python benchmarks/select_latency.py --dump /tmp/after.json
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --list        # any machine
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --out ab.json  # on the GPU
@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{len(timeable) + len(other)} corpus products moved on {args.gpu}: {len(timeable)} to time, "
           f"{len(other)} not timeable (repacked or batched)")
+    if not all(any(key in dump for key in fused_keys(args.gpu)) for dump in dumps):
+        print("  fused layers not compared: a dump holds none (an older select_latency.py; run this one with "
+              "PYTHONPATH naming the old checkout)")
     for product in other:
         print(f"  not timed: {product.key}: {product.before} -> {product.after}")
     if args.list:
