@@ -21,9 +21,8 @@ import argparse
 import dataclasses
 import json
 import statistics
-import time
-
 import sys
+import time
 from pathlib import Path
 
 import jtblas
@@ -83,12 +82,13 @@ def picks() -> dict[str, dict]:
 
 
 def compare(expected: dict[str, dict], actual: dict[str, dict]) -> int:
-    changed = {key: (expected[key]["pick"], value["pick"]) for key, value in actual.items()
+    changed = {key: (expected.get(key, {}).get("pick", "(not in the dump)"), value["pick"])
+               for key, value in actual.items()
                if key not in expected or expected[key]["pick"] != value["pick"]
                or expected[key]["plain"] != value["plain"]}
     worst = max(abs(value[name] - expected[key][name]) / expected[key][name]
                 for key, value in actual.items() if key in expected for name in ("seconds", "plain_seconds"))
-    print(f"{len(actual)} plans ({', '.join(GPUS)}; corpus dtype, fp32 tf32/ieee, fp16), "
+    print(f"{len(actual)} plans ({', '.join(GPUS)}; corpus dtype, fp32 tf32/ieee, fp16; fused layers), "
           f"{len(expected)} expected: {len(changed)} picks changed; "
           f"predicted seconds differ by at most {worst:.3g} (relative)")
     for key, (was, now) in list(changed.items())[:10]:
