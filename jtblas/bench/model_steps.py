@@ -781,12 +781,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m jtblas.bench.model_steps [--models ...] [--param-dtypes ...] [--tiny] [--out FILE]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", choices=sorted(MODELS), default=None)
-    parser.add_argument("--param-dtypes", nargs="*", default=["float32", "bfloat16"])
-    parser.add_argument("--steps", nargs="*", default=list(STEPS))
+    parser.add_argument("--param-dtypes", nargs="*", choices=("float32", "bfloat16", "float16"),
+                        default=["float32", "bfloat16"])
+    parser.add_argument("--steps", nargs="*", choices=(*STEPS, "infer"), default=list(STEPS),
+                        help="an encoder runs its inference forward ('infer') for decode and generate")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="the two-layer width-64 versions")
     parser.add_argument("--out", default=None, help="JSON file for the report")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     report = run(args.models, args.param_dtypes, tiny_models=args.tiny, out=args.out, steps=args.steps,
                  rounds=args.rounds, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(markdown(report))

@@ -204,3 +204,17 @@ def test_slope_retimes_a_round_whose_slope_is_not_positive(monkeypatch):
     assert calls == [2, 4, 4, 8]
     assert timed["flax"]["seconds"] == pytest.approx((0.3 - 0.1) / 4) and timed["flax"]["repeats"] == 4
     assert timed["flax"]["dispatch_seconds"] == pytest.approx(0.3 / 2 / 8)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--steps", "inference"], "invalid choice: 'inference'"),
+    (["--param-dtypes", "float64"], "invalid choice: 'float64'"),
+    (["--rounds", "0"], "--rounds must be at least 1, got 0"),
+])
+def test_bad_arguments_exit_with_one_line(argv, words, capsys):
+    """A mistyped step, parameter dtype or round count stops before any model is built, naming
+    the value (a step named 'inference' once ended a GPU visit's run in a traceback)."""
+    with pytest.raises(SystemExit) as exit_info:
+        ms.main(argv)
+    assert exit_info.value.code == 2
+    assert words in capsys.readouterr().err
