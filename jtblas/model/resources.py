@@ -38,9 +38,7 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
                 + (config.block_m * a_cast + config.block_n * b_cast) * config.block_k)
     if not config.tma:
         return pipeline
-    store_n = config.block_n // 2 if store_halves(config) else config.block_n
-    return (pipeline + config.block_m * store_n * problem.out_bytes
-            + tma_epilogue_scratch_bytes(config.block_m, config.block_n, epilogue_operands(problem)))
+    return pipeline + tma_extra_bytes(config.block_m, config.block_n, problem.out_bytes, epilogue_operands(problem))
 
 
 def epilogue_operands(problem: Problem) -> tuple[bool, bool]:
@@ -48,12 +46,16 @@ def epilogue_operands(problem: Problem) -> tuple[bool, bool]:
     return bool(problem.bias_dtype), bool(problem.residual_dtype)
 
 
-def tma_epilogue_scratch_bytes(block_m, block_n, operands: tuple[bool, bool]):
-    """Shared memory the TMA kernel's epilogue takes to convert its bias row and residual tile
-    (`operands`: `epilogue_operands`) to the accumulator's layout (bytes; ints or arrays):
-    block_n × 4 and block_m × block_n × 4 (`shared_memory_bytes`)."""
+def tma_extra_bytes(block_m, block_n, out_bytes: int, operands: tuple[bool, bool]):
+    """Shared memory the TMA kernel takes beyond its pipeline (bytes; block sizes as ints or
+    arrays): the staging of its C stores, block_m × (block_n, or block_n / 2 where it stores halves,
+    `store_halves`) × `out_bytes`, and its epilogue's conversion scratch for the operands
+    `operands` names (`epilogue_operands`), block_n × 4 for a bias row and block_m × block_n × 4 for
+    a residual tile (`shared_memory_bytes`)."""
     bias, residual = operands
-    return block_n * TMA_EPILOGUE_SCRATCH_BYTES * bias + block_m * block_n * TMA_EPILOGUE_SCRATCH_BYTES * residual
+    store_n = block_n // (1 + (block_n >= STORE_HALVES_MIN_BLOCK_N))
+    return (block_m * store_n * out_bytes + block_n * TMA_EPILOGUE_SCRATCH_BYTES * bias
+            + block_m * block_n * TMA_EPILOGUE_SCRATCH_BYTES * residual)
 
 
 def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:
@@ -65,10 +67,14 @@ def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:
             problem.operand_bytes if problem.b_dtype else 0)
 
 
+# The TMA kernel stores tiles this wide as two halves (`store_halves`).
+STORE_HALVES_MIN_BLOCK_N = 256
+
+
 def store_halves(config: Config) -> bool:
     """Whether the TMA kernel stores its tile as two halves of block_n / 2 columns (half the
     staging buffer): for 256-column tiles, the form measured fastest on the H200 (2026-11-30)."""
-    return config.block_n >= 256
+    return config.block_n >= STORE_HALVES_MIN_BLOCK_N
 
 
 # The tensor-memory accelerator's limits (CUDA driver API, cuTensorMapEncodeTiled): global
