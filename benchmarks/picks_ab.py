@@ -74,8 +74,8 @@ def moved(before: dict, after: dict, gpu: str) -> tuple[list[Moved], list[Moved]
     product is batched (forced configs run neither). Fused products count where both dumps hold
     them (dumps older than 2026-12-06 do not)."""
     found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu).items()]
-    found += [Moved(key, *layer[:1], "", "", *layer[1:]) for key, layer in fused_keys(gpu).items()
-              if key in before and key in after]
+    found += [Moved(key, shape, "", "", layer, activation)
+              for key, (shape, layer, activation) in fused_keys(gpu).items() if key in before and key in after]
     timeable, other = [], []
     for product in found:
         if product.key not in before or product.key not in after:
@@ -113,11 +113,11 @@ def time_moved(timeable: list[Moved], *, rounds: int, trials: int, log=print) ->
 
     hw = hardware.detect()
     records = []
-    for key, shape, was, now, layer, activation in timeable:
+    for product in timeable:
+        key, shape, was, now, layer, activation = product
         problem = None if layer is None else fused_layer.fused_problem(shape, layer, activation)
         record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, rounds=rounds, trials=trials,
-                                          dots=contenders(Moved(key, shape, was, now, layer, activation)),
-                                          problem=problem)
+                                          dots=contenders(product), problem=problem)
         record.update(before_pick=was, after_pick=now, layer=layer, activation=activation)
         records.append(record)
         seconds = {name: entry.get("seconds") for name, entry in record["contenders"].items()}
