@@ -450,7 +450,7 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
     twins = _with(plain.take(wgmma), tma=1)
     biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
     smem = (_pipeline_bytes(twins.block_m, twins.block_n, twins.block_k, twins.num_stages, sizes)
-            + resources.tma_extra_bytes(twins.block_m, twins.block_n, out_bytes, epilogue))
+            + resources.tma_extra_bytes(twins.block_m, twins.block_n, twins.num_warps, out_bytes, epilogue))
     programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware, epilogue)
     keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
             & (32 * twins.num_warps <= 1024) & (programs >= 1))
@@ -480,7 +480,7 @@ def programs_per_sm_arrays(candidates: Candidates, sizes: tuple[int, int, int, i
     `epilogue` names (`resources.epilogue_operands`)."""
     bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
     smem = _pipeline_bytes(bm, bn, candidates.block_k, candidates.num_stages, sizes)
-    smem = np.where(candidates.tma, smem + resources.tma_extra_bytes(bm, bn, out_bytes, epilogue), smem)
+    smem = np.where(candidates.tma, smem + resources.tma_extra_bytes(bm, bn, warps, out_bytes, epilogue), smem)
     by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
     unit = resources.REGISTER_ALLOCATION_UNIT
     per_thread = -(-(bm * bn // (32 * warps) + resources.NON_ACCUMULATOR_REGISTERS) // unit) * unit

@@ -38,7 +38,8 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
                 + (config.block_m * a_cast + config.block_n * b_cast) * config.block_k)
     if not config.tma:
         return pipeline
-    return pipeline + tma_extra_bytes(config.block_m, config.block_n, problem.out_bytes, epilogue_operands(problem))
+    return pipeline + tma_extra_bytes(config.block_m, config.block_n, config.num_warps, problem.out_bytes,
+                                      epilogue_operands(problem))
 
 
 def epilogue_operands(problem: Problem) -> tuple[bool, bool]:
@@ -46,16 +47,23 @@ def epilogue_operands(problem: Problem) -> tuple[bool, bool]:
     return bool(problem.bias_dtype), bool(problem.residual_dtype)
 
 
-def tma_extra_bytes(block_m, block_n, out_bytes: int, operands: tuple[bool, bool]):
-    """Shared memory the TMA kernel takes beyond its pipeline (bytes; block sizes as ints or
+def tma_extra_bytes(block_m, block_n, num_warps, out_bytes: int, operands: tuple[bool, bool]):
+    """Shared memory the TMA kernel takes beyond its pipeline (bytes; tile sizes as ints or
     arrays): the staging of its C stores, block_m × (block_n, or block_n / 2 where it stores halves,
-    `store_halves`) × `out_bytes`, and its epilogue's conversion scratch for the operands
-    `operands` names (`epilogue_operands`), block_n × 4 for a bias row and block_m × block_n × 4 for
-    a residual tile (`shared_memory_bytes`)."""
+    `store_halves`) × `out_bytes`; where it stores halves from warp groups side by side along N
+    (more than one warp per 16 rows), the whole tile's conversion before the split, block_m ×
+    block_n × `out_bytes` more; and its epilogue's conversion scratch for the operands `operands`
+    names (`epilogue_operands`), block_n × 4 for a bias row and block_m × block_n × 4 for a residual
+    tile (`shared_memory_bytes`)."""
     bias, residual = operands
-    store_n = block_n // (1 + (block_n >= STORE_HALVES_MIN_BLOCK_N))
-    return (block_m * store_n * out_bytes + block_n * TMA_EPILOGUE_SCRATCH_BYTES * bias
-            + block_m * block_n * TMA_EPILOGUE_SCRATCH_BYTES * residual)
+    halves = block_n >= STORE_HALVES_MIN_BLOCK_N
+    store_n = block_n // (1 + halves)
+    # Triton 3.6 for sm_90, 64x256 tiles on 8 warps: 48 KB beyond the pipeline with a bf16 C and
+    # 96 KB with an fp32 one, where 4 warps take 16 and 32 KB (compiled on the CPU, 2026-12-06; no
+    # other TMA candidate tile takes more than this rule counts without it).
+    split_along_n = halves & (num_warps * (WGMMA_ROWS // 4) > block_m)  # a warp group: 64 rows, 4 warps
+    return (block_m * store_n * out_bytes + block_m * block_n * out_bytes * split_along_n
+            + block_n * TMA_EPILOGUE_SCRATCH_BYTES * bias + block_m * block_n * TMA_EPILOGUE_SCRATCH_BYTES * residual)
 
 
 def operand_sizes(problem: Problem) -> tuple[int, int, int, int]:

@@ -168,14 +168,15 @@ def test_model_does_not_repack_aligned_shapes():
 def test_aligned_candidates_unchanged():
     """The benchmark caches exhaustive searches by a hash of candidates() and reuses earlier first
     passes by `Config.short()`: 4096³ keeps its 191 pointer-kernel configs (names as before) and
-    gains the TMA kernel's twins of its wgmma ones (and no swapped tile: all are wgmma already; the
-    hash moved with `Config`'s repr when it gained swap_ab, and k_phases)."""
+    gains the TMA kernel's twins of its wgmma ones that fit (and no swapped tile: all are wgmma
+    already; the hash moved with `Config`'s repr when it gained swap_ab, and k_phases). 64x256x64 w8
+    s5 has no twin: its split stores take 48 KB beyond the pipeline (`resources.tma_extra_bytes`)."""
     from jtblas.bench.oracle import candidates_hash
 
     space = jtblas.candidates(4096, 4096, 4096, dtype="bf16", hardware="h200")
     plain = [c for c in space if not c.tma]
     twins = [c for c in space if c.tma]
-    assert len(plain) == 191 and len(twins) == 184 and candidates_hash(space) == "229c8562ca65"
+    assert len(plain) == 191 and len(twins) == 183 and candidates_hash(space) == "44da1ff350b7"
     assert {dataclasses.replace(c, tma=False) for c in twins} <= set(plain)
     assert all(" tma" not in c.short() for c in plain) and all(c.short().endswith(" tma") for c in twins)
     assert [f.name for f in dataclasses.fields(jtblas.Config)] == [

@@ -135,6 +135,22 @@ def test_global_scratch_is_the_compilers(config):
     assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64
 
 
+@pytest.mark.parametrize("out", ["bfloat16", "float32"])
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_split_stores_take_the_shared_memory_the_model_counts(num_warps, out):
+    """A 64x256 tile stores two halves of 128 columns; on 8 warps its two warp groups sit side by
+    side along N and Triton converts the whole tile through shared memory before the split (48 KB
+    beyond the pipeline with a bf16 C where 4 warps take 16). The model counts what the compiler
+    takes, to the barriers: a config it calls feasible must launch."""
+    config = jtblas.Config(block_m=64, block_n=256, block_k=64, group_m=8, num_warps=num_warps, num_stages=3, tma=True)
+    meta = dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, INPUT_PRECISION="tf32", TRANSPOSE_A=False,
+                TRANSPOSE_B=False, STORE_HALVES=resources.store_halves(config), INDEX_64=False)
+    compiled = compile_for_sm90(matmul_tma_kernel, meta, num_warps=num_warps, num_stages=3,
+                                pointer_types={"c_ptr": "*bf16" if out == "bfloat16" else "*fp32"})
+    counted = resources.shared_memory_bytes(config, Problem(m=4096, n=4096, k=4096, out_dtype=out))
+    assert counted <= compiled.metadata.shared <= counted + 64
+
+
 def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     """Where the CUDA launcher cannot allocate scratch, the model never picks the TMA kernel and
     a forced TMA config is refused with the reason, before anything is compiled."""
