@@ -79,6 +79,13 @@ class Constants:
         M = 64, 64x128x64 w4 s3 (64 two-byte loads per thread per K step): 240.7 µs for 3 tiles
         per SM x 25 K steps, 9.6 µs a step, 6.7 loads a latency; the same loads at 128 per thread
         (16x128x64 w2) ran 5x slower still, which this lower bound does not reach.
+      epilogue_warps_per_scheduler: resident warps per scheduler that an epilogue's activation
+        needs to keep the FMA pipe issuing: a warp's fp32 instructions wait on each other (4 clocks
+        on sm_80/sm_90), and a scheduler with one warp issued them about every other clock. Fewer
+        run it at that fraction of `Hardware.fp32_flops`. Measured on the H100 through JAX
+        (2026-12-06, bias + tanh GELU over bias + relu, TMA kernel, one program per SM): 64x256x64
+        w4 (one warp per scheduler) about 80 FLOPs an element, 128x256x64 w8 (two) about 48, where
+        the PTX counts 34.
       tma_setup_seconds: what the TMA kernel costs a launch more than the pointer kernel: its
         descriptors' global scratch and the three descriptors each program writes and fences
         before its first copy. Measured on the H200 through JAX
@@ -101,6 +108,7 @@ class Constants:
     k_major_b_efficiency: float = 0.8
     warp_schedulers_per_sm: int = 4
     narrow_loads_in_flight: float = 7.0
+    epilogue_warps_per_scheduler: float = 2.0
 
 
 DEFAULT_CONSTANTS = Constants()

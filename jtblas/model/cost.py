@@ -595,7 +595,12 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         fused = split == 1  # else the reduction kernel applies it (`reduction_seconds`)
         epilogue_reads = (bm * out_columns * problem.residual_bytes + bn * problem.bias_bytes) / load_port
         flops = ACTIVATION_FLOPS[problem.activation] + (GATE_FLOPS if problem.gated else 0)
-        activation = bm * out_columns * flops * sms / hardware.fp32_flops
+        # With fewer resident warps per scheduler than `epilogue_warps_per_scheduler` the FMA
+        # pipe idles between a warp's dependent instructions.
+        resident_warps = warps * np.minimum(programs, tiles_per_sm)
+        issue_rate = np.minimum(1.0, resident_warps / (constants.warp_schedulers_per_sm
+                                                       * constants.epilogue_warps_per_scheduler))
+        activation = bm * out_columns * flops * sms / hardware.fp32_flops / issue_rate
         epilogue_work = np.where(fused, epilogue_reads + activation, 0.0)
     epilogue = epilogue + epilogue_work
     tile_throughput = k_steps * step + epilogue

@@ -400,6 +400,25 @@ def test_the_persistent_tma_kernel_fills_its_pipeline_once_per_program():
     assert batched.sm_latency == pytest.approx(6 * batched.tile_latency)
 
 
+def test_an_activation_runs_at_the_rate_its_resident_warps_can_issue():
+    hw, constants = hardware.H100, cost.DEFAULT_CONSTANTS
+    problem = Problem(m=2048, n=3072, k=768, bias_dtype="bfloat16", activation="gelu_tanh")
+    relu = dataclasses.replace(problem, activation="relu")
+    extra = {}
+    for warps in (4, 8):
+        config = Config(block_m=128, block_n=128, block_k=64, num_warps=warps, num_stages=5, tma=True)
+        gelu, plain = cost.estimate(config, problem, hw), cost.estimate(config, relu, hw)
+        assert gelu.programs_per_sm == 1
+        extra[warps] = gelu.epilogue - plain.epilogue
+    # tanh GELU over relu at the SM's fp32 rate, 128x128 elements a tile: with 8 warps (two per
+    # scheduler) the full rate, with 4 (one per scheduler) half of it.
+    flops = (cost.ACTIVATION_FLOPS["gelu_tanh"] - cost.ACTIVATION_FLOPS["relu"]) * 128 * 128
+    full_rate = hw.fp32_flops / hw.sm_count
+    assert constants.epilogue_warps_per_scheduler == 2
+    assert extra[8] == pytest.approx(flops / full_rate)
+    assert extra[4] == pytest.approx(2 * flops / full_rate)
+
+
 def test_model_reads_back_the_partial_sectors_of_a_misaligned_c():
     """C's rows not 16-byte aligned (bf16 over 50257 columns): each tile row's run of block_n
     columns starts and ends inside a 32-byte sector the neighbouring tile writes too, and DRAM reads
