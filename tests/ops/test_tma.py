@@ -151,6 +151,42 @@ def test_split_stores_take_the_shared_memory_the_model_counts(num_warps, out):
     assert counted <= compiled.metadata.shared <= counted + 64
 
 
+def _tma_tiles() -> list[tuple[int, int, int]]:
+    """(block_m, block_n, num_warps) of every TMA twin the model offers on the Hopper descriptions,
+    over a square, a decode and a fused-layer product."""
+    problems = [Problem(m=4096, n=4096, k=4096), Problem(m=16, n=8192, k=4096),
+                Problem(m=2048, n=768, k=3072, bias_dtype="bfloat16", residual_dtype="bfloat16")]
+    return sorted({(c.block_m, c.block_n, c.num_warps) for hw in (hardware.H100, hardware.H200)
+                   for problem in problems for c in model.candidates_for_problem(problem, hw) if c.tma})
+
+
+@pytest.mark.parametrize("epilogue", ["none", "bias_residual"])
+def test_every_tma_tile_takes_no_more_shared_memory_than_counted(epilogue):
+    """Each TMA tile shape the model offers, compiled for sm_90 (2 stages of block_k 32: the
+    pipeline's share is exact), takes at most the shared memory `resources.shared_memory_bytes`
+    counts, to the barriers; without an epilogue no less either. An undercount is a launch
+    that fails (64x256 on 8 warps took 32 KB more than counted until 2026-12-06)."""
+    from jtblas.kernels.matmul_tma import matmul_tma_epilogue_kernel
+
+    fused = epilogue != "none"
+    problem = Problem(m=4096, n=4096, k=4096, bias_dtype="bfloat16" if fused else "",
+                      residual_dtype="bfloat16" if fused else "")
+    tiles = _tma_tiles()
+    assert (64, 256, 8) in tiles and (128, 256, 8) in tiles
+    for block_m, block_n, num_warps in tiles:
+        config = jtblas.Config(block_m=block_m, block_n=block_n, block_k=32, num_warps=num_warps, num_stages=2,
+                               tma=True)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=32, GROUP_M=8, INPUT_PRECISION="tf32",
+                    TRANSPOSE_A=False, TRANSPOSE_B=False, STORE_HALVES=resources.store_halves(config), INDEX_64=False)
+        if fused:
+            meta.update(HAS_BIAS=True, ACTIVATION="", HAS_RESIDUAL=True)
+        compiled = compile_for_sm90(matmul_tma_epilogue_kernel if fused else matmul_tma_kernel, meta,
+                                    num_warps=num_warps, num_stages=2)
+        counted = resources.shared_memory_bytes(config, problem)
+        assert compiled.metadata.shared <= counted + 64, config.short()
+        assert fused or compiled.metadata.shared >= counted, config.short()
+
+
 def test_old_jaxlib_gets_no_tma_and_a_clear_error(monkeypatch):
     """Where the CUDA launcher cannot allocate scratch, the model never picks the TMA kernel and
     a forced TMA config is refused with the reason, before anything is compiled."""
