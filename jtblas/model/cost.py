@@ -120,8 +120,11 @@ class Estimate:
     time per step: step, or MMA + shared memory in place of their max where its warps take turns
     between the two, `mma_and_smem_take_turns`), step_latency (= latency / loads_in_flight: the
     least time per step that the pipeline's loads in flight allow).
-    One tile: fill (first stage's latency and bytes), epilogue (store of the C tile),
-    tile_throughput, tile_latency.
+    One tile: fill (first stage's latency and bytes), epilogue (store of the C tile, with
+    epilogue_work), epilogue_work (a fused epilogue's own work: its bias and residual reads and its
+    activation; 0 without one, or where a reduction kernel applies it), activation_issue_rate (the
+    fraction of the SM's fp32 rate its resident warps issue the activation at), tile_throughput,
+    tile_latency.
     Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
     dram, l2, memory_latency, memory (= max(dram, l2) + memory_latency); launch (the TMA kernel's
     set-up included); predicted_seconds.
@@ -150,6 +153,8 @@ class Estimate:
     step_latency: float
     fill: float
     epilogue: float
+    epilogue_work: float
+    activation_issue_rate: float
     tile_throughput: float
     tile_latency: float
     sm_throughput: float
@@ -590,7 +595,8 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     epilogue = 2 * c_tile / (constants.smem_bytes_per_clock * clock) + c_tile * full / store_width / load_port
     # The epilogue's own work: its bias and residual reads and its activation, done by the warps
     # that run the next tile's MMAs.
-    epilogue_work = 0.0
+    epilogue_work = np.zeros(len(c))
+    issue_rate = np.ones(len(c))
     if problem.has_epilogue:
         fused = split == 1  # else the reduction kernel applies it (`reduction_seconds`)
         epilogue_reads = (bm * out_columns * problem.residual_bytes + bn * problem.bias_bytes) / load_port
@@ -688,6 +694,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
         waves=waves, active_sms=active_sms, k_steps=k_steps, padding_waste=padding_waste, uses_wgmma=wgmma,
         step_mma=step_mma, step_smem=step_smem, step_load=step_load, step_overhead=step_overhead,
         step=step, step_chain=step_chain, step_latency=step_latency, fill=fill, epilogue=epilogue,
+        epilogue_work=epilogue_work, activation_issue_rate=issue_rate,
         tile_throughput=tile_throughput, tile_latency=tile_latency,
         sm_throughput=sm_throughput, sm_latency=sm_latency, sm=sm,
         dram_bytes=dram_bytes, l2_bytes=l2_bytes, l2_hit_rate=l2_hit_rate,

@@ -92,7 +92,8 @@ class Explanation:
         )
         if win.padding_waste > 0.005:
             text += f", {100 * win.padding_waste:.0f}% of its MMA work is tail padding"
-        text += "." + self._split_words() + self._phase_words() + self._swap_words() + self._kernel_words()
+        text += ("." + self._split_words() + self._phase_words() + self._swap_words() + self._kernel_words()
+                 + self._epilogue_words())
         if self.plan is not None and self.plan.reason:
             text += f" Repacking: {self.plan.reason}."  # times above are the kernel's, copies apart
         shape = (c.block_m, c.block_n, c.block_k)
@@ -165,6 +166,24 @@ class Explanation:
             f" Not swapped: the swapped twin (wgmma) predicts {_us(twin.predicted_seconds)} "
             f"({slower:.1f}% slower{', a tie goes to the unswapped tile' if slower == 0 else ''})."
         )
+
+    def _epilogue_words(self) -> str:
+        """What the winner's fused epilogue costs: its reads and activation per tile, and the rate
+        its resident warps issue the activation at; or that a split's reduction kernel applies it."""
+        problem, win = self.problem, self.winner
+        if not problem.has_epilogue:
+            return ""
+        parts = [name for name, present in (("bias", problem.bias_dtype), (problem.activation, problem.activation),
+                                            ("residual", problem.residual_dtype)) if present]
+        what = ", ".join(parts)
+        if win.config.k_slices > 1:
+            return f" Its epilogue ({what}) runs in the kernel that sums the partials."
+        text = f" Its fused epilogue ({what}): {_us(win.epilogue_work)} of reads and activation per tile"
+        if problem.activation:
+            resident = win.config.num_warps * min(win.programs_per_sm, win.tiles_per_sm)
+            text += (f", the activation at {100 * win.activation_issue_rate:.0f}% of the SM's fp32 rate "
+                     f"({resident} resident warps; two per scheduler issue it at the full rate)")
+        return text + "."
 
     def _kernel_words(self) -> str:
         """Which kernel runs the winner, against the same config on the other kernel (where both

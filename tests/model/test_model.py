@@ -417,6 +417,20 @@ def test_an_activation_runs_at_the_rate_its_resident_warps_can_issue():
     assert constants.epilogue_warps_per_scheduler == 2
     assert extra[8] == pytest.approx(flops / full_rate)
     assert extra[4] == pytest.approx(2 * flops / full_rate)
+    # explain names the epilogue, its work per tile and the winner's issue rate.
+    explanation = model.explain_problem(problem, hw)
+    win = explanation.winner
+    resident = win.config.num_warps * min(win.programs_per_sm, win.tiles_per_sm)
+    assert win.activation_issue_rate == min(1.0, resident / 8)
+    assert win.epilogue_work > 0
+    words = (f"fused epilogue (bias, gelu_tanh): {win.epilogue_work * 1e6:.2f} µs of reads and activation per "
+             f"tile, the activation at {100 * win.activation_issue_rate:.0f}% of the SM's fp32 rate")
+    assert words in explanation.why()
+    split = model.explain_problem(dataclasses.replace(problem, m=64, n=768, k=6304, residual_dtype="bfloat16"), hw)
+    assert split.config.k_slices > 1
+    assert "Its epilogue (bias, gelu_tanh, residual) runs in the kernel that sums the partials." in split.why()
+    plain = model.explain_problem(Problem(m=2048, n=3072, k=768), hw).why()
+    assert "fused epilogue" not in plain and "Its epilogue" not in plain
 
 
 def test_model_reads_back_the_partial_sectors_of_a_misaligned_c():
