@@ -121,7 +121,8 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
     """`triton.compile` of a jtblas kernel for sm_90 (or `capability`) on any machine (no GPU):
     pointers of `pointer_type` (per name: `pointer_types`) aligned to 16 bytes, `metaparams` as its
     constexprs, every other argument an i32, those in `divisible` specialised as multiples of 16 (as
-    jax-triton passes them). Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
+    jax-triton passes them), FMA contraction on as `jax_triton_adapter` asks for it (Triton 3.10 turns
+    it off by default). Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -135,7 +136,7 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in pointers or n in divisible}
     return triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=metaparams, attrs=attrs),
                           target=GPUTarget("cuda", capability, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+                          options=dict(num_warps=num_warps, num_stages=num_stages, enable_fp_fusion=True))
 
 
 def use_jax_triton_031(monkeypatch) -> None:
