@@ -56,7 +56,8 @@ holds its K step's loads in registers, `narrow_loads_in_flight` at a time, so a 
 
 An epilogue (`Problem.bias_dtype`, `activation`, `residual_dtype`) adds to the launch that writes
 C: without a split, to each tile's epilogue its residual tile's and bias's bytes through the load
-port and its activation's fp32 work (ACTIVATION_FLOPS), and to the memory terms the bytes the
+port and its activation's fp32 work (ACTIVATION_FLOPS, at the rate the SM's resident warps issue
+it: `Constants.epilogue_warps_per_scheduler`), and to the memory terms the bytes the
 epilogue reads (N·bias bytes + M·N·residual bytes, per batch entry; the bias once per tile in
 L2); with a split, the same bytes and work to the reduction kernel, which applies it. A gated
 product (`Problem.gated`: N columns, a gate's then an up projection's) is the N-column product

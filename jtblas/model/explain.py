@@ -182,7 +182,7 @@ class Explanation:
         if problem.activation:
             resident = win.config.num_warps * min(win.programs_per_sm, win.tiles_per_sm)
             text += (f", the activation at {100 * win.activation_issue_rate:.0f}% of the SM's fp32 rate "
-                     f"({resident} resident warps; two per scheduler issue it at the full rate)")
+                     f"({resident} resident warps to issue it)")
         return text + "."
 
     def _kernel_words(self) -> str:

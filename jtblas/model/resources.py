@@ -51,8 +51,8 @@ def tma_extra_bytes(block_m, block_n, num_warps, out_bytes: int, operands: tuple
     """Shared memory the TMA kernel takes beyond its pipeline (bytes; tile sizes as ints or
     arrays): the staging of its C stores, block_m × (block_n, or block_n / 2 where it stores halves,
     `store_halves`) × `out_bytes`; where it stores halves from warp groups side by side along N
-    (more than one warp per 16 rows), the whole tile's conversion before the split, block_m ×
-    block_n × `out_bytes` more; and its epilogue's conversion scratch for the operands `operands`
+    (fewer than 16 rows a warp: 64 rows on 8 warps), the whole tile's conversion before the split,
+    block_m × block_n × `out_bytes` more; and its epilogue's conversion scratch for the operands `operands`
     names (`epilogue_operands`), block_n × 4 for a bias row and block_m × block_n × 4 for a residual
     tile (`shared_memory_bytes`)."""
     bias, residual = operands
