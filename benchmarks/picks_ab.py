@@ -15,8 +15,9 @@ loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`). A p
 an operand first (repacking) or a batched product cannot be forced so; those are listed as not
 timed. The dumps also hold the fused layers' products (`fused_layer.py`'s set, each with its
 bias, activation, residual or gate): a moved one is timed as that layer, its fused launch on each
-pick beside XLA's dot with the same epilogue in jnp. Prints one line per product and the
-geometric means; writes the records as JSON.
+pick beside XLA's dot with the same epilogue in jnp. So do the fresh draw's products
+(`fresh_shapes.py`: shapes no change was tuned on), timed as corpus products. Prints one
+line per product and the geometric means (and the fresh draw's alone); writes the records as JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import NamedTuple
 from jtblas.bench import shapes
 from jtblas.config import Config
 
-sys.path.insert(0, str(Path(__file__).parent))  # its neighbour fused_layer.py
+sys.path.insert(0, str(Path(__file__).parent))  # its neighbours fused_layer.py, fresh_shapes.py
+import fresh_shapes  # noqa: E402
 import fused_layer  # noqa: E402
 
 REPACK_FLAGS = (" +A", " +B", " +Bt")
@@ -60,6 +62,12 @@ def corpus_keys(gpu: str) -> dict[str, shapes.Shape]:
     return found
 
 
+def fresh_keys(gpu: str) -> dict[str, shapes.Shape]:
+    """The dump key of every product of the fresh draw on `gpu`, with its shape."""
+    return {f"{gpu} {problem.short()} {problem.input_precision}": shape
+            for shape in fresh_shapes.fresh() for problem in [shape.problem()]}
+
+
 def fused_keys(gpu: str) -> dict[str, tuple[shapes.Shape, str, str | None]]:
     """The dump key of every fused layer's product on `gpu` (`select_latency.fused_problems`),
     with its shape, layer and activation."""
@@ -72,10 +80,11 @@ def moved(before: dict, after: dict, gpu: str) -> tuple[list[Moved], list[Moved]
     """(timeable, not timeable): every corpus product and fused layer's product on `gpu` whose
     pick differs between the dumps; not timeable where either pick repacks an operand or the
     product is batched (forced configs run neither). Fused products count where both dumps hold
-    them (dumps older than 2026-12-06 do not)."""
+    them (dumps older than 2026-12-06 do not), and so do the fresh draw's."""
     found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu).items()]
     found += [Moved(key, shape, "", "", layer, activation)
               for key, (shape, layer, activation) in fused_keys(gpu).items() if key in before and key in after]
+    found += [Moved(key, shape, "", "") for key, shape in fresh_keys(gpu).items() if key in before and key in after]
     timeable, other = [], []
     for product in found:
         if product.key not in before or product.key not in after:
@@ -174,19 +183,25 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(str(error).splitlines()[0], file=sys.stderr)
         return 2
-    print(f"{len(timeable) + len(other)} corpus products moved on {args.gpu}: {len(timeable)} to time, "
-          f"{len(other)} not timeable (repacked or batched)")
-    if not all(any(key in dump for key in fused_keys(args.gpu)) for dump in dumps):
-        print("  fused layers not compared: a dump holds none (an older select_latency.py; run this one with "
-              "PYTHONPATH naming the old checkout)")
+    fresh = set(fresh_keys(args.gpu))
+    drawn = sum(product.key in fresh for product in timeable + other)
+    print(f"{len(timeable) + len(other)} products moved on {args.gpu} ({drawn} of the fresh draw): "
+          f"{len(timeable)} to time, {len(other)} not timeable (repacked or batched)")
+    for name, keys in (("fused layers", fused_keys(args.gpu)), ("the fresh draw", fresh)):
+        if not all(any(key in dump for key in keys) for dump in dumps):
+            print(f"  {name} not compared: a dump holds none (an older select_latency.py; run this one with "
+                  "PYTHONPATH naming the old checkout)")
     for product in other:
         print(f"  not timed: {product.key}: {product.before} -> {product.after}")
     if args.list:
         for product in timeable:
-            print(f"  {product.key}: {product.before} -> {product.after}")
+            print(f"  {product.key}{' (fresh)' if product.key in fresh else ''}: {product.before} -> {product.after}")
         return 0
     records = time_moved(timeable, rounds=args.rounds, trials=args.trials)
     print(summary(records))
+    drawn_records = [record for record in records if "fresh" in record.get("sets", ())]
+    if drawn_records:
+        print(f"of which the fresh draw: {summary(drawn_records)}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(gpu=args.gpu, before=args.before, after=args.after, products=records), f, indent=1,

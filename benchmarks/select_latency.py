@@ -10,9 +10,10 @@ repacking planned), three times, its fastest counting (other work on the machine
 then again with the caches warm (cached, five times); median and 90th percentile per call.
 
 Picks: the plan (config, repacked operands) and its predicted seconds for every corpus product on
-the H200, H100 and A100, in the corpus's dtype and again in fp32 (tf32 and ieee) and fp16, and for
-every fused layer's product (`fused_layer.py`'s set, with its epilogue): what a change to the
-model's speed must leave identical, and what `picks_ab.py` reads.
+the H200, H100 and A100, in the corpus's dtype and again in fp32 (tf32 and ieee) and fp16, for
+every fused layer's product (`fused_layer.py`'s set, with its epilogue), and for the fresh draw
+(`fresh_shapes.py`: products no change was tuned on, bf16): what a change to the model's
+speed must leave identical, and what `picks_ab.py` reads.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import jtblas
 from jtblas import hardware, model, selection
 from jtblas.bench import shapes
 
-sys.path.insert(0, str(Path(__file__).parent))  # its neighbour fused_layer.py
+sys.path.insert(0, str(Path(__file__).parent))  # its neighbours fused_layer.py, fresh_shapes.py
+import fresh_shapes  # noqa: E402
 import fused_layer  # noqa: E402
 
 GPUS = ("h200", "h100", "a100")
@@ -49,7 +51,8 @@ def corpus_problems():
 
 
 def pick_problems():
-    """Every corpus problem in every dtype variant, then every fused layer's problem (distinct)."""
+    """Every corpus problem in every dtype variant, then every fused layer's problem, then the
+    fresh draw's (distinct)."""
     seen, problems = set(), []
     for problem in corpus_problems():
         for dtype, precision in VARIANTS:
@@ -58,8 +61,8 @@ def pick_problems():
             if variant not in seen:
                 seen.add(variant)
                 problems.append(variant)
-    for layer in fused_layer.layer_products():
-        problem = fused_layer.fused_problem(*layer)
+    later = [fused_layer.fused_problem(*layer) for layer in fused_layer.layer_products()]
+    for problem in later + [shape.problem() for shape in fresh_shapes.fresh()]:
         if problem not in seen:
             seen.add(problem)
             problems.append(problem)
@@ -88,7 +91,7 @@ def compare(expected: dict[str, dict], actual: dict[str, dict]) -> int:
                or expected[key]["plain"] != value["plain"]}
     worst = max(abs(value[name] - expected[key][name]) / expected[key][name]
                 for key, value in actual.items() if key in expected for name in ("seconds", "plain_seconds"))
-    print(f"{len(actual)} plans ({', '.join(GPUS)}; corpus dtype, fp32 tf32/ieee, fp16; fused layers), "
+    print(f"{len(actual)} plans ({', '.join(GPUS)}; corpus dtype, fp32 tf32/ieee, fp16; fused layers; fresh), "
           f"{len(expected)} expected: {len(changed)} picks changed; "
           f"predicted seconds differ by at most {worst:.3g} (relative)")
     for key, (was, now) in list(changed.items())[:10]:

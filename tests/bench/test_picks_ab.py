@@ -1,7 +1,7 @@
-"""benchmarks/picks_ab.py times what a model change moved: the corpus products and fused layers'
-products whose pick differs between two `select_latency.py --dump` files on one GPU description,
-forced configs only (repacked and batched plans listed as not timed); its summary's arithmetic;
-bad arguments exit with one line."""
+"""benchmarks/picks_ab.py times what a model change moved: the corpus products, fused layers'
+products and the fresh draw's products (`benchmarks/fresh_shapes.py`) whose pick differs between
+two `select_latency.py --dump` files on one GPU description, forced configs only (repacked and
+batched plans listed as not timed); its summary's arithmetic; bad arguments exit with one line."""
 
 import json
 
@@ -76,8 +76,38 @@ def test_list_names_every_moved_product(picks_ab, dumps, tmp_path, capsys):
         path.write_text(json.dumps(dump))
     assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--list"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("4 corpus products moved on h200: 2 to time, 2 not timeable (repacked or batched)")
+    assert out.startswith("4 products moved on h200 (0 of the fresh draw): 2 to time, 2 not timeable "
+                          "(repacked or batched)")
     assert all(key in out for key in (*plain, batched))
+    assert "the fresh draw not compared: a dump holds none" in out
+
+
+def test_the_fresh_draw_is_seeded_new_and_timed_where_it_moves(picks_ab, dumps, tmp_path, capsys):
+    """The fresh draw: the same 120 shapes on every call, none a corpus product, odd sizes among
+    them; a product of it whose pick moves is timed like a corpus one and marked in --list."""
+    fresh_shapes = load_script("benchmarks/fresh_shapes.py")
+    drawn, again = fresh_shapes.fresh(), fresh_shapes.fresh()
+    assert drawn == again and len(drawn) == 120 and len({s.problem() for s in drawn}) == 120
+    corpus = {key.split(" ", 1)[1] for key in picks_ab.corpus_keys("h200")}
+    keys = picks_ab.fresh_keys("h200")
+    assert len(keys) == 120 and not {key.split(" ", 1)[1] for key in keys} & corpus
+    assert any(s.n % 8 or s.k % 8 for s in drawn) and {s.layout for s in drawn} == {"NN", "NT", "TN"}
+    assert drawn != fresh_shapes.fresh(seed=1)
+    before, after = ({k: dict(v) for k, v in dump.items()} for dump in dumps[:2])
+    for dump in (before, after):
+        dump.update({key: {"pick": "128x128x64 w4 s5 g8", "seconds": 1e-4} for key in keys})
+    key = next(iter(keys))
+    after[key] = {"pick": "64x128x64 w4 s4 g8", "seconds": 1e-4}
+    product = next(t for t in picks_ab.moved(before, after, "h200")[0] if t.key == key)
+    assert product.shape == keys[key] and product.layer is None
+    paths = [tmp_path / "before.json", tmp_path / "after.json"]
+    for path, dump in zip(paths, (before, after)):
+        path.write_text(json.dumps(dump))
+    assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("5 products moved on h200 (1 of the fresh draw)")
+    assert f"{key} (fresh): 128x128x64 w4 s5 g8 -> 64x128x64 w4 s4 g8" in out
+    assert "fresh draw not compared" not in out
 
 
 @pytest.mark.parametrize("argv,words", [
