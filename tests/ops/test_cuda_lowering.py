@@ -117,6 +117,30 @@ def _spilled_bytes(config, problem, tmp_path) -> int:
     return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report.stdout + report.stderr))
 
 
+def test_pointer_kernel_tiles_take_no_more_shared_memory_than_counted():
+    """Each pointer-kernel tile shape the model offers for fused layers on the H100 (at its fewest
+    stages, where the pipeline leaves the epilogue the least room), compiled for sm_90 with a bias,
+    an activation and a residual, takes no more shared memory than `resources.shared_memory_bytes`
+    counts: its epilogue reuses the pipeline's buffers. An undercount is a launch that fails."""
+    from jtblas import model
+    from jtblas.config import Problem
+
+    problems = [Problem(m=2048, n=768, k=3072, bias_dtype="float32", residual_dtype="float32", activation="gelu"),
+                Problem(m=2048, n=3072, k=768, bias_dtype="bfloat16", activation="gelu", out_dtype="float32")]
+    fewest = {}
+    for problem in problems:
+        for config in model.candidates_for_problem(problem, hardware.H100):
+            key = (config.block_m, config.block_n, config.num_warps, config.swap_ab, problem)
+            if config.tma or config.k_slices > 1:
+                continue
+            if key not in fewest or config.num_stages < fewest[key].num_stages:
+                fewest[key] = config
+    assert len(fewest) > 30
+    for (*_, problem), config in fewest.items():
+        compiled = _compiled(config, problem, 90)
+        assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64, config.short()
+
+
 def test_shifted_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
     """`resources.MAX_SHIFTED_COPIES_PER_THREAD`, against the compiler (sm_90a, no GPU): the
     1x50257x1280 lm head's 16x256x64 2-warp tile with 2 K phases (4-byte copies, 128 per thread
