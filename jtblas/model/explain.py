@@ -180,9 +180,8 @@ class Explanation:
             return f" Its epilogue ({what}) runs in the kernel that sums the partials."
         text = f" Its fused epilogue ({what}): {_us(win.epilogue_work)} of reads and activation per tile"
         if problem.activation:
-            resident = win.config.num_warps * min(win.programs_per_sm, win.tiles_per_sm)
             text += (f", the activation at {100 * win.activation_issue_rate:.0f}% of the SM's fp32 rate "
-                     f"({resident} resident warps to issue it)")
+                     "(the rate its resident warps issue it at)")
         return text + "."
 
     def _kernel_words(self) -> str:
