@@ -4,6 +4,7 @@ so that the current scripts draw the same shapes with an older checkout's packag
 
 from __future__ import annotations
 
+import functools
 import random
 
 from jtblas.bench import shapes
@@ -11,8 +12,10 @@ from jtblas.bench import shapes
 SEED = 20261206
 
 
-def fresh(count: int = 120, *, seed: int = SEED) -> list[shapes.Shape]:
-    """`count` bf16 products drawn at random, none a product of the corpus (`shapes.load()`). M is
+@functools.cache
+def fresh(count: int = 120, *, seed: int = SEED) -> tuple[shapes.Shape, ...]:
+    """`count` bf16 products drawn at random, none a product of the corpus (`shapes.load()`), drawn
+    once per process (`picks_ab.py` asks for them in several places). M is
     log-uniform over 1-16384, N and K over 256-16384, three in four rounded to a multiple of 64 and
     the rest left as drawn (odd and misaligned sizes); layouts NN, NT and TN alike. The same seed
     draws the same shapes on every machine (Python's `random`, Mersenne Twister)."""
@@ -29,4 +32,4 @@ def fresh(count: int = 120, *, seed: int = SEED) -> list[shapes.Shape]:
         if shape.problem() not in taken:
             taken.add(shape.problem())
             drawn.append(shape)
-    return drawn
+    return tuple(drawn)

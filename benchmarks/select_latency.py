@@ -71,10 +71,10 @@ def pick_problems():
 
 def picks() -> dict[str, dict]:
     """`{gpu problem: {"pick": ..., "seconds": ..., "plain": ..., "plain_seconds": ...}}`."""
-    result = {}
+    result, problems = {}, pick_problems()
     for gpu in GPUS:
         target = hardware.get(gpu)
-        for problem in pick_problems():
+        for problem in problems:
             plan = model.plan_for_problem(problem, target)
             flags = "".join(f for f, on in ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +Bt", plan.transpose_b)) if on)
             result[f"{gpu} {problem.short()} {problem.input_precision}"] = {
