@@ -482,17 +482,13 @@ def test_activation_flops_are_the_compiled_instruction_mix(activation):
 def test_activations_match_float64_over_the_whole_range(activation):
     """`activated` under the interpreter on fp32 x from -12 to 12 (the exact GELU's erf clamps at
     ±4 and is a rational approximation inside): within 2e-6 of the float64 activation, absolutely."""
-    from math import erf
-
     from jtblas.interpreter import launch_interpreted
+    from tests.reference import FLOAT64_ACTIVATIONS
 
     x = np.linspace(-12.0, 12.0, 128 * 64, dtype=np.float32)
     (y,) = launch_interpreted(_activation_kernel, (64,), [jnp.asarray(x)],
                               [jax.ShapeDtypeStruct(x.shape, jnp.float32)], {"ACTIVATION": activation})
-    wide = x.astype(np.float64)
-    reference = {"relu": np.maximum(wide, 0.0), "silu": wide / (1.0 + np.exp(-wide)),
-                 "gelu_tanh": 0.5 * wide * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (wide + 0.044715 * wide**3))),
-                 "gelu": 0.5 * wide * (1.0 + np.array([erf(v / np.sqrt(2.0)) for v in wide]))}[activation]
+    reference = FLOAT64_ACTIVATIONS[activation](x.astype(np.float64))
     assert np.max(np.abs(np.asarray(y, np.float64) - reference)) < 2e-6
 
 
