@@ -11,10 +11,10 @@ The dumps hold every corpus product's plan on each built-in GPU description; the
 are those whose plan differs on the description of the GPU that runs this (`--gpu` names
 another), in the corpus's dtype. Both picks run as forced configs on the operands as stored (the
 kernels are this checkout's: the change must be to the model alone), in the same jitted slope
-loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`). A plan that copies
-an operand first (repacking) or a batched product cannot be forced so; those are listed as not
-timed. The dumps also hold the fused layers' products (`fused_layer.py`'s set, each with its
-bias, activation, residual or gate): a moved one is timed as that layer, its fused launch on each
+loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`; a batched product
+runs its config under `jax.vmap`, one launch). A plan that copies an operand first (repacking)
+cannot be forced so; those are listed as not timed. The dumps also hold the fused layers'
+products (`fused_layer.py`'s set, each with its bias, activation, residual or gate): a moved one is timed as that layer, its fused launch on each
 pick beside XLA's dot with the same epilogue in jnp. So do the fresh draw's products
 (`fresh_shapes.py`: shapes no change was tuned on), timed as corpus products. Prints one
 line per product and the geometric means (and the fresh draw's alone); writes the records as JSON.
@@ -78,8 +78,8 @@ def fused_keys(gpu: str) -> dict[str, tuple[shapes.Shape, str, str | None]]:
 
 def moved(before: dict, after: dict, gpu: str) -> tuple[list[Moved], list[Moved]]:
     """(timeable, not timeable): every corpus product and fused layer's product on `gpu` whose
-    pick differs between the dumps; not timeable where either pick repacks an operand or the
-    product is batched (forced configs run neither). Fused products count where both dumps hold
+    pick differs between the dumps; not timeable where either pick repacks an operand (forced
+    configs run none; a batched product runs its config under `jax.vmap`). Fused products count where both dumps hold
     them (dumps older than 2026-12-06 do not), and so do the fresh draw's."""
     found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu).items()]
     found += [Moved(key, shape, "", "", layer, activation)
@@ -92,7 +92,7 @@ def moved(before: dict, after: dict, gpu: str) -> tuple[list[Moved], list[Moved]
         was, now = before[product.key]["pick"], after[product.key]["pick"]
         if was == now:
             continue
-        forced = product.shape.batch == 1 and not any(f in was or f in now for f in REPACK_FLAGS)
+        forced = not any(f in was or f in now for f in REPACK_FLAGS)
         (timeable if forced else other).append(product._replace(before=was, after=now))
     return timeable, other
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     fresh = set(fresh_keys(args.gpu))
     drawn = sum(product.key in fresh for product in timeable + other)
     print(f"{len(timeable) + len(other)} products moved on {args.gpu} ({drawn} of the fresh draw): "
-          f"{len(timeable)} to time, {len(other)} not timeable (repacked or batched)")
+          f"{len(timeable)} to time, {len(other)} not timeable (repacked)")
     for name, keys in (("fused layers", fused_keys(args.gpu)), ("the fresh draw", fresh)):
         if not all(any(key in dump for key in keys) for dump in dumps):
             print(f"  {name} not compared: a dump holds none (an older select_latency.py; run this one with "

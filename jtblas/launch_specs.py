@@ -136,15 +136,17 @@ def tma_launch_spec(
 ) -> LaunchSpec:
     """Grid, scalars and meta-parameters of `matmul_tma_kernel` (a `config.tma` launch), for the
     operands `launch_spec` describes: a persistent grid of min(tiles, SMs x resident programs)
-    programs per batch element, each walking tiles in grouped order."""
+    programs, tiles counted over the whole batch, each program walking its tiles entry after entry,
+    each entry's in grouped order."""
     hw = hw or hardware.detect()
-    tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n)
-    resident = _resident_programs(config, problem, hw)
-    _check_grid(min(tiles, resident), batch, 1, problem, config)
+    tiles = math.ceil(problem.m / config.block_m) * math.ceil(problem.n / config.block_n) * batch
+    programs = min(tiles, _resident_programs(config, problem, hw))
+    _check_grid(programs, 1, 1, problem, config)
     biggest = max(*_stored_elements(problem), problem.m * problem.n) * batch
+    batched = batch > 1
     return LaunchSpec(
-        grid=(min(tiles, resident), batch),
-        scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, *batch_strides),
+        grid=(programs,),
+        scalars=(problem.m, problem.n, problem.k, problem.a_row_stride, problem.b_row_stride, *batch_strides, batch),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         metaparams=dict(
@@ -153,6 +155,10 @@ def tma_launch_spec(
             TRANSPOSE_B=problem.transpose_b,
             STORE_HALVES=resources.store_halves(config),
             INDEX_64=biggest >= _INDEX_32_LIMIT,
+            # A batch stride of 0 broadcasts the operand: one matrix, a descriptor over [rows, columns].
+            A_BATCHED=batched and batch_strides[0] != 0,
+            B_BATCHED=batched and batch_strides[1] != 0,
+            C_BATCHED=batched,
         ),
     )
 

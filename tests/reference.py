@@ -120,7 +120,7 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
                      pointer_types: dict | None = None, divisible: tuple[str, ...] = (), capability: int = 90):
     """`triton.compile` of a jtblas kernel for sm_90 (or `capability`) on any machine (no GPU):
     pointers of `pointer_type` (per name: `pointer_types`) aligned to 16 bytes, `metaparams` as its
-    constexprs, every other argument an i32, those in `divisible` specialised as multiples of 16 (as
+    constexprs (those left out at their defaults), every other argument an i32, those in `divisible` specialised as multiples of 16 (as
     jax-triton passes them), FMA contraction on as `jax_triton_adapter` asks for it (Triton 3.10 turns
     it off by default). Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
     import triton
@@ -131,6 +131,8 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
 
     jax_triton_adapter.drop_blank_triton_cache_dir()  # a jax-triton import (at collection) blanks it
     names = kernel.arg_names
+    # Constexprs left out take their defaults, as a launch does.
+    metaparams = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **metaparams}
     pointers = {n: (pointer_types or {}).get(n, pointer_type) for n in names if n.endswith("_ptr")}
     signature = {n: pointers.get(n) or ("constexpr" if n in metaparams else "i32") for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in pointers or n in divisible}

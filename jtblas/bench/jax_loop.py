@@ -75,17 +75,20 @@ def xla_dot(shape) -> Callable:
 def jtblas_dot(shape, config=None) -> Callable:
     """`jtblas.matmul` on the stored layouts; `config=None` runs the model's whole plan (what a
     user's call runs, repacking included). A batched shape runs `jtblas.dot_general` with
-    XLA's dimension numbers (one launch over the batch; `config` does not apply)."""
+    XLA's dimension numbers, or with a `config` `jtblas.matmul` under `jax.vmap` (either is one
+    launch over the batch)."""
+    import jax
+
     import jtblas
 
-    if shape.batch > 1:
+    if shape.batch > 1 and config is None:
         dims = dimension_numbers(shape)
         return lambda a, b: jtblas.dot_general(a, b, dims)
 
     def dot(a, b):
         return jtblas.matmul(a, b, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b, config=config)
 
-    return dot
+    return jax.vmap(dot) if shape.batch > 1 else dot
 
 
 def loop_function(dot: Callable, unroll: int) -> Callable:

@@ -624,11 +624,10 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
     # every tile: the warps that compute it issue the next tile's MMAs (2026-12-06, H100 through
     # JAX, 8192x3072x768 with a bias, 128x256x64 w8 s4, 6 tiles per SM: exact GELU cost the TMA
     # kernel 36 µs more than relu, 6 µs a tile, none of it hidden behind the next tile).
-    # Its grid is min(tiles, resident programs) per batch entry (`launch_specs.tma_launch_spec`), so
-    # a batch of small products still runs one tile a program.
+    # Its grid is min(tiles, resident programs) over the whole batch (`launch_specs.tma_launch_spec`):
+    # a batch of small products is walked as one list of tiles, entry after entry.
     rounds = -(-tiles_per_sm // programs)
-    entry_tiles = tiles_m * tiles_n
-    tiles_per_program = -(-entry_tiles // np.minimum(entry_tiles, sms * programs))
+    tiles_per_program = -(-tiles // np.minimum(tiles, sms * programs))
     cold_starts = -(-rounds // tiles_per_program)
     tma_chain = cold_starts * (fill + epilogue - epilogue_work) + rounds * (loop_latency + epilogue_work)
     sm_latency = np.where(tma, tma_chain, rounds * tile_latency)

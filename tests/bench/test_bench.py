@@ -22,6 +22,7 @@ from jtblas.bench import (
     cli, contenders, jax_loop, jax_report, make_shapes, oracle, report, shapes, through_jax, torch_runner,
 )
 from jtblas.config import Config, Problem
+from tests.reference import relative_error
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -457,6 +458,11 @@ def test_a_batched_product_record_through_jax_on_the_cpu(layout):
     as_, bs = jax_loop.operands(shape, 1)
     assert as_[0].shape == (3, 8, 16) and bs[0].shape == ((3, 24, 16) if layout == "NT" else (3, 16, 24))
     assert jax_loop.jtblas_dot(shape)(as_[0], bs[0]).shape == (3, 8, 24)
+    # A forced config runs under vmap (one launch over the batch), as picks_ab.py times it.
+    config = Config(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2)
+    forced = jax_loop.jtblas_dot(shape, config)(as_[0], bs[0])
+    xla = jax_loop.xla_dot(shape)(as_[0], bs[0])
+    assert forced.shape == (3, 8, 24) and relative_error(forced, np.asarray(xla, np.float64)) < 1e-2
     record = through_jax.time_product([shape], l2_bytes=1, hardware=hardware.H200, rounds=1, trials=1,
                                       target_s=1e-9)
     assert "error" not in record and record["batch"] == 3 and record["key"] == f"3 x 8x24x16 bfloat16 {layout}"

@@ -12,11 +12,13 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import hardware, jax_triton_adapter, launch, model, operands
+from jtblas import hardware, jax_triton_adapter, launch, launch_specs, model, operands
 from jtblas.config import Problem
 from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES, matmul_tma_kernel
 from jtblas.model import cost, resources
-from tests.reference import compile_for_sm90, random_operands, relative_error, tolerance
+from tests.ops.test_epilogue import float64_reference
+from tests.ops.test_epilogue import operands as stored_operands
+from tests.reference import compile_for_sm90, random_operands, relative_error, stored, tolerance
 from tests.ops.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -110,6 +112,92 @@ def test_tma_fp32_output_and_batches(backend, config, rng):
     batched = jax.vmap(lambda y: jtblas.matmul(a, y, transpose_b=True, config=config))(bs)
     for i, scale in enumerate((1, -1, 2)):
         assert relative_error(batched[i], scale * reference) < tolerance("bfloat16", "bfloat16")
+
+
+@pytest.fixture
+def one_sm(monkeypatch):
+    """A GPU of one SM: a batch's tiles outnumber the resident programs, so programs walk tiles
+    of several batch entries."""
+    small = dataclasses.replace(hardware.detect(), sm_count=1)
+    monkeypatch.setattr(hardware, "detect", lambda: small)
+
+
+# (A batched, B batched): both, and one operand broadcast (its batch stride 0). A batched A stored
+# [M, K] with B broadcast folds into M (one product), so that case runs with A stored [K, M].
+BATCHINGS = [(True, True), (True, False), (False, True)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("batched", BATCHINGS, ids=["both", "a_only", "b_only"])
+def test_tma_batch_is_one_persistent_grid(backend, one_sm, batched, transpose_a, transpose_b, rng):
+    """A batch of 3 products with tails in M and N (136x72 in 64x32 tiles: 9 tiles each, 27 over
+    the 16 programs one SM holds): every entry's edges zero-fill and clip on their own, no tile
+    reads or writes a neighbouring entry, every output written (they start poisoned)."""
+    config = TMA_CONFIGS[0]
+    m, n, k, batch = 136, 72, 88, 3
+    if batched == (True, False) and not transpose_a:
+        transpose_a = True
+    spec = launch_specs.tma_launch_spec(Problem(m=m, n=n, k=k, transpose_a=transpose_a, transpose_b=transpose_b),
+                                        config, batch=batch, batch_strides=(1, 1, 1))
+    assert spec.grid[0] < batch * 9  # programs walk tiles across entries
+    a, b = stored_operands(rng, m, n, k, "bfloat16", transpose_a, transpose_b)
+    a_s = jnp.stack([a, -a, 2 * a]) if batched[0] else a
+    b_s = jnp.stack([b, 3 * b, -b]) if batched[1] else b
+    a_s, b_s = on_backend(backend, a_s, b_s)
+    product = jax.vmap(lambda x, y: jtblas.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b,
+                                                  config=config),
+                       in_axes=(0 if batched[0] else None, 0 if batched[1] else None))
+    out = jax.jit(product)(a_s, b_s)
+    assert out.shape == (batch, m, n)
+    reference = float64_reference(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    for i, (scale_a, scale_b) in enumerate(zip((1, -1, 2), (1, 3, -1))):
+        scale = (scale_a if batched[0] else 1) * (scale_b if batched[1] else 1)
+        assert relative_error(out[i], scale * reference) < tolerance("bfloat16", "bfloat16")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tma_batch_applies_each_entrys_bias_and_residual(backend, one_sm, rng):
+    """The epilogue of a batch on one persistent grid: entry i's bias row and residual tile, an
+    exact GELU, an fp32 C."""
+    config = TMA_CONFIGS[0]
+    m, n, k, batch = 136, 72, 88, 3
+    a = jnp.stack([stored_operands(rng, m, n, k, "bfloat16", False, True)[0] for _ in range(batch)])
+    b = jnp.stack([stored_operands(rng, m, n, k, "bfloat16", False, True)[1] for _ in range(batch)])
+    bias = jnp.stack([stored(rng, (n,), "float32") for _ in range(batch)])
+    residual = jnp.stack([stored(rng, (m, n), "bfloat16") for _ in range(batch)])
+    a, b, bias, residual = on_backend(backend, a, b, bias, residual)
+    out = jax.jit(jax.vmap(lambda x, y, z, w: jtblas.matmul(
+        x, y, bias=z, residual=w, activation="gelu", transpose_b=True, preferred_element_type=jnp.float32,
+        config=config)))(a, b, bias, residual)
+    assert out.dtype == jnp.float32
+    for i in range(batch):
+        reference = float64_reference(a[i], b[i], bias=bias[i], activation="gelu", residual=residual[i],
+                                      transpose_b=True)
+        assert relative_error(out[i], reference) < tolerance("bfloat16", "float32")
+
+
+def test_tma_batch_launch_and_model_count_tiles_over_the_batch():
+    """One grid over the batch: min(batch · tiles, resident programs) programs, descriptors over
+    [batch, rows, columns] for the batched operands and C; the model's TMA twin of a batch of small
+    products pays a cold start per program, not per tile, so it is the pick where the pointer
+    kernel's programs each start cold (512 x 1024x1024x128 NT, attention scores, on the H200)."""
+    config = jtblas.Config(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=3, tma=True)
+    problem = Problem(m=1024, n=1024, k=128, transpose_b=True, batch=512)
+    one = dataclasses.replace(problem, batch=1)
+    spec = launch_specs.tma_launch_spec(one, config, batch=512, batch_strides=(0, 1024 * 128, 1024 * 1024),
+                                        hw=hardware.H200)
+    resident = hardware.H200.sm_count * resources.programs_per_sm(config, one, hardware.H200)
+    assert spec.grid == (resident,) and spec.scalars[-1] == 512
+    assert (spec.metaparams["A_BATCHED"], spec.metaparams["B_BATCHED"], spec.metaparams["C_BATCHED"]) == (
+        False, True, True)
+    unbatched = launch_specs.tma_launch_spec(one, config, hw=hardware.H200)
+    assert unbatched.grid == (64,) and not any(unbatched.metaparams[f"{x}_BATCHED"] for x in "ABC")
+    estimate = cost.estimate(config, problem, hardware.H200)
+    pointer = cost.estimate(dataclasses.replace(config, tma=False), problem, hardware.H200)
+    assert estimate.sm_latency < 0.75 * pointer.sm_latency
+    plan = model.plan_for_problem(problem, hardware.H200)
+    assert plan.config.tma and plan.copy_seconds == 0, plan
 
 
 @pytest.mark.parametrize("config", [
