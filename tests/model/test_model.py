@@ -393,11 +393,13 @@ def test_the_persistent_tma_kernel_fills_its_pipeline_once_per_program():
         assert persistent.sm_latency == pytest.approx(expected)
         assert loop > 0 and persistent.fill > 0
     assert persistent.sm_latency < plain.sm_latency - 2 * (plain.fill + plain.epilogue) + 1e-9
-    # A batch of 132 products of one tile row each: the grid is min(tiles, resident) programs per entry, so
-    # every program runs one tile and starts cold, as the pointer kernel's do.
+    # A batch of 132 products of one tile row each: one grid of min(tiles, resident) programs over the
+    # whole batch, so each program walks 6 tiles and starts cold once, as for one product of 792 tiles.
     batched = cost.estimate(tma, Problem(m=128, n=768, k=768, batch=132), hw)
     assert batched.tiles_per_sm == 6
-    assert batched.sm_latency == pytest.approx(6 * batched.tile_latency)
+    assert batched.sm_latency == pytest.approx(batched.fill + batched.epilogue + 6 * (
+        batched.tile_latency - batched.fill - batched.epilogue))
+    assert batched.sm_latency < 6 * batched.tile_latency - 5 * (batched.fill + batched.epilogue) + 1e-9
 
 
 def test_an_activation_runs_at_the_rate_its_resident_warps_can_issue():
