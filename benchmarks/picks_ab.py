@@ -14,10 +14,11 @@ kernels are this checkout's: the change must be to the model alone), in the same
 loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`; a batched product
 runs its config under `jax.vmap`, one launch). A plan that copies an operand first (repacking)
 cannot be forced so; those are listed as not timed. The dumps also hold the fused layers'
-products (`fused_layer.py`'s set, each with its bias, activation, residual or gate): a moved one is timed as that layer, its fused launch on each
-pick beside XLA's dot with the same epilogue in jnp. So do the fresh draw's products
-(`fresh_shapes.py`: shapes no change was tuned on), timed as corpus products. Prints one
-line per product and the geometric means (and the fresh draw's alone); writes the records as JSON.
+products (`fused_layer.py`'s set, each with its bias, activation, residual or gate): a moved one
+is timed as that layer, its fused launch on each pick beside XLA's dot with the same epilogue in
+jnp. So do the fresh draw's products (`fresh_shapes.py`: shapes no change was tuned on), timed as
+corpus products. Prints one line per product and the geometric means (and the fresh draw's
+alone); writes the records as JSON.
 """
 
 from __future__ import annotations
