@@ -122,7 +122,8 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
     pointers of `pointer_type` (per name: `pointer_types`) aligned to 16 bytes, `metaparams` as its
     constexprs (those left out at their defaults), every other argument an i32, those in
     `divisible` specialised as multiples of 16 (as jax-triton passes them), FMA contraction on as
-    `jax_triton_adapter` asks for it (Triton 3.10 turns it off by default). Returns the compiled kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
+    `jax_triton_adapter` asks for it (Triton 3.10 turns it off by default). Returns the compiled
+    kernel (`.asm["ttgir"]`, `.asm["ptx"]`, `.metadata`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
