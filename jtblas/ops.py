@@ -116,7 +116,8 @@ def matmul(
     dw = op(a)ᵀ·g as two more jtblas GEMMs that read the transposes through strides, each with
     its own model-chosen config (a forced `config` applies to the forward product only); the
     cotangent g is cast to the operands' dtype first and the gradients come back in the operands'
-    dtypes. `vmap` launches the kernel's batch grid axis (or folds a batched `a` into M).
+    dtypes. `vmap` launches the kernel once over the batch (the pointer kernel's batch grid axis,
+    the TMA kernel's one persistent grid), or folds a batched `a` into M.
     Forward-mode (`jvp`, `jacfwd`) is not supported. With an epilogue, the residual's cotangent is
     g itself; with an activation, a differentiated forward pass launches the product up to the
     pre-activation op(a)·op(b) + bias (in the output dtype) and lets XLA apply the activation and
