@@ -102,7 +102,7 @@ def test_model_offers_tma_twins_of_wgmma_tiles_only():
 @pytest.mark.parametrize("config", TMA_CONFIGS, ids=lambda c: c.short())
 def test_tma_fp32_output_and_batches(backend, config, rng):
     """preferred_element_type=float32 (an fp32 C through the TMA store), a batched rhs (the
-    batch grid axis with batch strides) and a broadcast lhs (batch stride 0)."""
+    persistent grid over the batch, with batch strides) and a broadcast lhs (batch stride 0)."""
     a, b, reference = random_operands(rng, 40, 264, 56, "bfloat16", transpose_b=True)
     a, b = on_backend(backend, a, b)
     out = jtblas.matmul(a, b, transpose_b=True, preferred_element_type=jnp.float32, config=config)
