@@ -1,6 +1,10 @@
-"""Batched corpus products: XLA's dot, the model's pick and the model's best TMA twin (one
-persistent grid over the batch), forced, in the same jitted loop through JAX."""
-import json, math, sys
+"""Batched corpus products: XLA's dot, the model's pick (or its best pointer plan) and the model's
+best TMA plan (one persistent grid over the batch), forced, in the same jitted loop through JAX.
+
+Usage: `python batch_ab.py OUT.json [FAMILY]` (FAMILY: only shapes whose family contains it)."""
+import json
+import sys
+
 from jtblas import hardware, model
 from jtblas.bench import jax_loop, shapes, through_jax
 from jtblas.model import cost
@@ -29,10 +33,11 @@ for shape in sorted(shapes.load(), key=lambda s: -s.batch * s.m * s.n):
     records.append(record)
     t = {k: v.get("seconds") for k, v in record["contenders"].items()}
     if all(t.values()):
-        print(f"{shape.key():34s} XLA {t['xla']*1e6:8.1f}  pointer {t['pointer']*1e6:8.1f} ({t['xla']/t['pointer']:.2f}x, "
-              f"pred {record['pred_pointer']*1e6:7.1f}) {best_ptr.short():22s} TMA {t['tma']*1e6:8.1f} "
-              f"({t['xla']/t['tma']:.2f}x, pred {record['pred_tma']*1e6:7.1f}) {best_tma.short():24s} pick {pick.short()}",
-              flush=True)
+        print(f"{shape.key():34s} XLA {t['xla'] * 1e6:8.1f}  "
+              f"pointer {t['pointer'] * 1e6:8.1f} ({t['xla'] / t['pointer']:.2f}x, "
+              f"pred {record['pred_pointer'] * 1e6:7.1f}) {best_ptr.short():22s} "
+              f"TMA {t['tma'] * 1e6:8.1f} ({t['xla'] / t['tma']:.2f}x, "
+              f"pred {record['pred_tma'] * 1e6:7.1f}) {best_tma.short():24s} pick {pick.short()}", flush=True)
     else:
         print(shape.key(), "ERROR", {k: v.get("error") for k, v in record["contenders"].items()}, flush=True)
     with open(sys.argv[1], "w") as f:
