@@ -142,17 +142,6 @@ def compile_for_sm90(kernel, metaparams: dict, *, num_warps: int, num_stages: in
                           options=dict(num_warps=num_warps, num_stages=num_stages, enable_fp_fusion=True))
 
 
-def with_sm_count(monkeypatch, sm_count: int) -> None:
-    """Has `hardware.detect()` describe the detected GPU with `sm_count` SMs (grids sized by it:
-    the persistent TMA kernel's programs)."""
-    import dataclasses
-
-    from jtblas import hardware
-
-    small = dataclasses.replace(hardware.detect(), sm_count=sm_count)
-    monkeypatch.setattr(hardware, "detect", lambda: small)
-
-
 def use_jax_triton_031(monkeypatch) -> None:
     """Has jtblas take the installed stack for the GPU machine's (jax 0.11.2, triton 3.6.0,
     jax-triton 0.3.1), for tests of `jtblas.jax_triton_adapter`'s 0.3.1 path under any installed version."""

@@ -18,9 +18,7 @@ from jtblas.kernels.matmul_tma import GLOBAL_SCRATCH_ALIGN, GLOBAL_SCRATCH_BYTES
 from jtblas.model import cost, resources
 from tests.ops.test_epilogue import float64_reference
 from tests.ops.test_epilogue import operands as stored_operands
-from tests.reference import (
-    compile_for_sm90, random_operands, relative_error, stored, tolerance, with_sm_count,
-)
+from tests.reference import compile_for_sm90, random_operands, relative_error, stored, tolerance
 from tests.ops.test_matmul import BACKENDS, check_config, on_backend
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))
@@ -120,7 +118,8 @@ def test_tma_fp32_output_and_batches(backend, config, rng):
 def one_sm(monkeypatch):
     """A GPU of one SM: a batch's tiles outnumber the resident programs, so programs walk tiles
     of several batch entries."""
-    with_sm_count(monkeypatch, 1)
+    small = dataclasses.replace(hardware.detect(), sm_count=1)
+    monkeypatch.setattr(hardware, "detect", lambda: small)
 
 
 # (A batched, B batched): both, and one operand broadcast (its batch stride 0). A batched A stored
