@@ -455,21 +455,9 @@ def _vector_bytes_arrays(c: candidates.Candidates, problem: Problem, operand: st
     """`vector_bytes` of every candidate (`shifted` by K phases, to loads `phase_width` bytes wide)."""
     element = problem.a_bytes if operand == "a" else problem.b_bytes
     full = constants.full_vector_bytes
-    if operand == "a":
-        stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
-    else:
-        stride, k_contiguous, extent = problem.b_row_stride, problem.transpose_b, problem.n
-    stride_bytes = stride * element
-    width = min(full, stride_bytes & -stride_bytes)
-    if k_contiguous:
-        k_bytes = problem.k * element
-        tail = problem.k % c.block_k != 0
-        widths = np.where(tail, min(width, k_bytes & -k_bytes), width)
+    widths = resources.plain_load_bytes(problem, operand, c.block_k, full)
+    if (not problem.transpose_a) if operand == "a" else problem.transpose_b:  # K-contiguous
         widths = np.where(c.k_phases > 1, full if operand == "a" else element, widths)
-    else:
-        # The offsets wrap at the row stride where the rows are padded past the extent.
-        extent_bytes = extent * element if stride == extent else stride_bytes
-        widths = np.full(len(c), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
     return np.where(tma, full, np.where(shifted, np.minimum(full, phase_width), widths))
 
 

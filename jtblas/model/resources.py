@@ -6,6 +6,8 @@ Pure Python; shared by the ops layer (to reject a forced config that cannot run)
 
 from __future__ import annotations
 
+import numpy as np
+
 from jtblas.config import Config, Problem
 from jtblas.gpus import Hardware
 
@@ -243,6 +245,47 @@ def shifted_operands(problem: Problem, config: Config) -> tuple[bool, bool]:
 # bytes and ran 1.15x slower; tiles with 32 or fewer (16x64 to 64x256, 2-16-byte copies) used
 # 93-255 registers and spilled nothing.
 MAX_SHIFTED_COPIES_PER_THREAD = 32
+
+
+def plain_load_bytes(problem: Problem, operand: str, block_k, full: int = VECTOR_BYTES):
+    """Width (bytes) of the pointer kernel's loads of `operand` ("a" or "b") without K phases, at
+    most `full` (`cost.vector_bytes` says why); also element-wise on an integer array of block_k.
+    A row-major operand's rows start at multiples of its row stride; a K-contiguous one with a K
+    tail (K not a multiple of block_k) loads no wider than K's bytes allow; an M- (N-) contiguous
+    one wraps its tile offsets at M (N), or at its row stride where its rows are padded past it."""
+    element = problem.a_bytes if operand == "a" else problem.b_bytes
+    if operand == "a":
+        stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
+    else:
+        stride, k_contiguous, extent = problem.b_row_stride, problem.transpose_b, problem.n
+    stride_bytes = stride * element
+    width = min(full, stride_bytes & -stride_bytes)
+    if k_contiguous:
+        k_bytes = problem.k * element
+        return np.where(problem.k % np.asarray(block_k) != 0, min(width, k_bytes & -k_bytes), width)
+    extent_bytes = extent * element if stride == extent else stride_bytes
+    return np.full(np.shape(block_k), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
+
+
+# Copies narrower than 16 bytes but pipelined (cp.async of 4 or 8 bytes, rows whose stride is not
+# a multiple of 16 bytes) that one thread of the kernel without K phases issues per stage are held
+# to `MAX_SHIFTED_COPIES_PER_THREAD` too: each has an address of its own, as a shifted operand's
+# copies do. sm_90a, `ptxas -v` on our Triton 3.6 kernels, and an H100 through JAX (2026-12-07;
+# 6x4858x12954 bf16, A and B rows 4-byte aligned): 16x128x128 w2 s3 (144 four-byte copies per
+# thread) spilled 2,100 bytes and ran 301 µs split 6 and 890 split 2, predicted 47 and 68;
+# 16x128x128 w4 s4 (72) spilled 180 bytes split 6 (70 µs) and none unsplit (182 µs); 4 K phases
+# on 16-byte copies (16 per thread) ran 59.
+def narrow_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_warps):
+    """Pipelined copies narrower than 16 bytes (`plain_load_bytes` from MIN_ASYNC_COPY_BYTES up)
+    that one thread of the kernel without K phases issues per stage, A's and B's together; also
+    element-wise on integer arrays of block sizes and warps."""
+    copies = 0
+    for operand, rows in (("a", block_m), ("b", block_n)):
+        width = plain_load_bytes(problem, operand, block_k)
+        element = problem.a_bytes if operand == "a" else problem.b_bytes
+        narrow = (MIN_ASYNC_COPY_BYTES <= width) & (width < VECTOR_BYTES)
+        copies = copies + np.where(narrow, -(-(rows * block_k * element) // width) // (32 * num_warps), 0)
+    return copies
 
 
 def shifted_copies_per_thread(config: Config, problem: Problem) -> int:
