@@ -204,6 +204,12 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if copies > resources.MAX_SHIFTED_COPIES_PER_THREAD:
         reasons.append(f"k_phases={config.k_phases}: each thread issues {copies} copies of the shifted operand per "
                        f"stage, over {resources.MAX_SHIFTED_COPIES_PER_THREAD} (their addresses spill)")
+    if config.k_phases == 1 and not config.tma:
+        copies = int(resources.narrow_copies_per_thread(problem, config.block_m, config.block_n, config.block_k,
+                                                        config.num_warps))
+        if copies > resources.MAX_NARROW_COPIES_PER_THREAD:
+            reasons.append(f"each thread issues {copies} copies narrower than {resources.VECTOR_BYTES} bytes per stage "
+                           f"(misaligned rows), over {resources.MAX_NARROW_COPIES_PER_THREAD} (their addresses spill)")
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
@@ -522,7 +528,12 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
         return found
 
     fma = resources.uses_fma(problem)
-    plain = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
+    unphased = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
+    # Without K phases, misaligned rows' narrow copies, each with its address, must not spill
+    # (`resources.narrow_copies_per_thread`); the K-phase twins load at their own widths.
+    plain = unphased.take(resources.narrow_copies_per_thread(problem, unphased.block_m, unphased.block_n,
+                                                             unphased.block_k, unphased.num_warps)
+                          <= resources.MAX_NARROW_COPIES_PER_THREAD)
     if problem.gated:  # the plain pointer kernel only (`resources.fit_errors`)
         return _epilogue_fits(plain, problem, hardware)
     parts = [plain]
@@ -533,7 +544,7 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     # (`resources.k_phase_counts`), with the stage range of a phase's shorter K loop.
     for phases in resources.k_phase_counts(problem):
         if workspace_fits(phases, problem, hardware):
-            twins = _with(plain, k_phases=phases)
+            twins = _with(unphased, k_phases=phases)
             parts.append(twins.take((twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1))
                                     & (resources.phase_copies_per_thread(problem, phases, twins.block_m, twins.block_n,
                                                                          twins.block_k, twins.num_warps)

@@ -267,14 +267,20 @@ def plain_load_bytes(problem: Problem, operand: str, block_k, full: int = VECTOR
     return np.full(np.shape(block_k), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
 
 
-# Copies narrower than 16 bytes but pipelined (cp.async of 4 or 8 bytes, rows whose stride is not
-# a multiple of 16 bytes) that one thread of the kernel without K phases issues per stage are held
-# to `MAX_SHIFTED_COPIES_PER_THREAD` too: each has an address of its own, as a shifted operand's
-# copies do. sm_90a, `ptxas -v` on our Triton 3.6 kernels, and an H100 through JAX (2026-12-07;
-# 6x4858x12954 bf16, A and B rows 4-byte aligned): 16x128x128 w2 s3 (144 four-byte copies per
-# thread) spilled 2,100 bytes and ran 301 µs split 6 and 890 split 2, predicted 47 and 68;
-# 16x128x128 w4 s4 (72) spilled 180 bytes split 6 (70 µs) and none unsplit (182 µs); 4 K phases
-# on 16-byte copies (16 per thread) ran 59.
+# Copies narrower than 16 bytes but pipelined (cp.async of 4 or 8 bytes: rows whose stride is not
+# a multiple of 16 bytes, or a K tail) that one thread of the kernel without K phases issues per
+# stage, at most. Their addresses are held in registers, rows a runtime stride apart, and past this
+# ptxas spills them (the K-phase kernel's shift bookkeeping spills sooner,
+# `MAX_SHIFTED_COPIES_PER_THREAD`): sm_90a, `ptxas -v` on our Triton 3.6 kernels (2026-12-07), no tile of 64
+# four-byte copies per thread or fewer spilled (fp32 1x50257x1024, 16x128x32 w2: 64); above, 72 (bf16
+# 6x4858x12954, 16x128x128 w4 s4) spilled 180 bytes with a split and none without, 144 (w2 s3)
+# 2,100, 256 and 288 (fp32 lm heads) 11,920 and 1,030, while 128 and 160 copies of K-contiguous
+# fp32 operands (a row's copies share its address) spilled nothing.
+# On an H100 through JAX the 144-copy tile ran 6x4858x12954 in 301 µs split 6 and 890 split 2,
+# predicted 47 and 68.
+MAX_NARROW_COPIES_PER_THREAD = 64
+
+
 def narrow_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_warps):
     """Pipelined copies narrower than 16 bytes (`plain_load_bytes` from MIN_ASYNC_COPY_BYTES up)
     that one thread of the kernel without K phases issues per stage, A's and B's together; also

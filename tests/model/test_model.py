@@ -56,11 +56,17 @@ def test_pick_is_feasible_and_among_candidates(case):
     # 16-row tiles since 2026-12-01), each with at most six split-K variants (the factors whose
     # grid fits while four times it does not, `_split_arrays`: at most 3 to 8, or 2 to 7), one
     # TMA twin, and where rows along K are misaligned a K-phase twin per phase count that loads
-    # them 4 bytes or more at a time (at most 2, 4 and 8).
+    # them 4 bytes or more at a time (at most 2, 4 and 8). A tile whose narrow copies would spill
+    # without phases (`resources.narrow_copies_per_thread`) keeps only its K-phase twins.
     plain = [config for config in space if config.split_k == 1 and not config.tma and config.k_phases == 1]
     assert len(plain) <= 500
     variants = collections.Counter(dataclasses.replace(config, split_k=1, tma=False, k_phases=1) for config in space)
-    assert set(variants) == set(plain)
+    assert set(plain) <= set(variants)
+    for base in set(variants) - set(plain):
+        assert all(config.k_phases > 1 for config in space
+                   if dataclasses.replace(config, split_k=1, tma=False, k_phases=1) == base)
+        assert resources.narrow_copies_per_thread(problem, base.block_m, base.block_n, base.block_k,
+                                                  base.num_warps) > resources.MAX_SHIFTED_COPIES_PER_THREAD
     assert max(variants.values()) <= 1 + 6 + 1 + len(resources.k_phase_counts(problem))
     assert {config.k_phases for config in space} <= {1, *resources.k_phase_counts(problem)}
     assert model.rejection_reasons(pick, problem, hw) == []

@@ -272,3 +272,26 @@ def test_phase_tiles_whose_shifted_copies_would_spill_are_not_candidates():
     assert {c.k_phases for c in space} == {1, 2, 4, 8}
     assert dataclasses.replace(spilling, k_phases=8) in space  # 16-byte copies: 32 per thread
     assert resources.shifted_copies_per_thread(Config(block_n=256, block_k=64), odd) == 0  # no phases
+
+
+def test_tiles_whose_narrow_copies_would_spill_are_not_candidates():
+    """Without K phases, rows 4-byte aligned load through 4-byte async copies with an address
+    each: a 16x128x128 2-warp tile of 6x4858x12954 issues 144 per thread per stage (16 of A, 128 of
+    B), over `MAX_NARROW_COPIES_PER_THREAD` (tests/ops/test_cuda_lowering.py holds the compiler to
+    it), so neither it nor its splits are candidates and the rule says why, while its K-phase twins
+    (16-byte copies) and tiles of fewer copies stay; 16-byte aligned rows count none."""
+    odd = Problem(m=6, n=4858, k=12954)
+    assert resources.narrow_copies_per_thread(odd, 16, 128, 128, 2) == 16 + 128
+    assert resources.narrow_copies_per_thread(Problem(m=6, n=4864, k=12960), 16, 128, 128, 2) == 0
+    spilling = Config(block_m=16, block_n=128, block_k=128, num_warps=2, num_stages=3, group_m=1, split_k=6)
+    reasons = candidates.rejection_reasons(spilling, odd, H100)
+    assert any("144 copies narrower than 16 bytes per stage" in r for r in reasons), reasons
+    space = candidates.candidates_for_problem(odd, H100)
+    assert spilling not in space and dataclasses.replace(spilling, split_k=1) not in space
+    assert all(resources.narrow_copies_per_thread(odd, c.block_m, c.block_n, c.block_k, c.num_warps)
+               <= resources.MAX_NARROW_COPIES_PER_THREAD for c in space if c.k_phases == 1 and not c.tma)
+    phased = dataclasses.replace(spilling, num_warps=4, num_stages=4, split_k=1, k_phases=4)
+    assert phased in space and candidates.rejection_reasons(phased, odd, H100) == []
+    within = dataclasses.replace(spilling, num_warps=4, num_stages=4, split_k=1)  # 8 + 64 copies
+    assert resources.narrow_copies_per_thread(odd, 16, 128, 128, 4) == 72 and within not in space
+    assert dataclasses.replace(within, block_k=64) in space  # 4 + 32
