@@ -50,6 +50,21 @@ BUSY_SM_CONFIGS = {
     False: Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, group_m=1),
 }
 
+# `Calibration.tile_cost`: one tile's time on each SM and more, each program of the pointer kernel
+# one tile started cold, the TMA kernel's one program per SM walking them all. 128x128x64 on 4
+# warps with 4 stages (128 KB) is one program per SM on Hopper and the A100; K of 2 and 16 K steps.
+TILE_COST_CONFIG = Config(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4, group_m=8)
+TILE_COST_TILES = (1, 2, 4)
+TILE_COST_K = (128, 1024)
+
+
+def tile_grid(tiles: int) -> tuple[int, int]:
+    """Rows and columns of a grid of `tiles` tiles, as square as the count allows (rows ≤ columns):
+    A's and B's panels are each read by many tiles from L2, so C's stores dominate the DRAM bytes
+    and the SM side the time."""
+    rows = max(r for r in range(1, int(tiles ** 0.5) + 1) if tiles % r == 0)
+    return rows, tiles // rows
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasurementPlan:
@@ -472,6 +487,47 @@ class Calibration:
             del partials, out
         self.measured["split_sum"] = rows
 
+    def tile_cost(self) -> None:
+        """What each further tile on an SM costs: `TILE_COST_CONFIG` (and its TMA twin on Hopper) on
+        bf16 products of `TILE_COST_TILES` tiles per SM (a `tile_grid` of tiles · SMs), K in
+        `TILE_COST_K`; the slope of the time over tiles per SM against the slope of the model's
+        prediction on the built-in description. On an H100 through JAX (2026-12-07) the pointer
+        kernel ran 0.33-0.40 µs a tile above the model at K ≤ 256 (each tile a program that starts
+        cold) and below it at K ≥ 768 (its four stages beat the latency bound). Recorded only."""
+        from jtblas.config import Problem
+        from jtblas.model import cost
+        from jtblas.torch_launch import LaunchOperands, kernel_launcher
+
+        torch = self.torch
+        configs = [TILE_COST_CONFIG] + ([dataclasses.replace(TILE_COST_CONFIG, tma=True)] if self.base.tma else [])
+        rows = []
+        for config in configs:
+            for k in TILE_COST_K:
+                timed = []
+                for tiles in TILE_COST_TILES:
+                    grid_rows, grid_columns = tile_grid(tiles * self.sm_count)
+                    m, n = config.block_m * grid_rows, config.block_n * grid_columns
+                    problem = Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
+                    operands = LaunchOperands(a=[torch.randn(m, k, device="cuda", dtype=torch.bfloat16)],
+                                              b=[torch.randn(k, n, device="cuda", dtype=torch.bfloat16)],
+                                              c=[torch.empty(m, n, device="cuda", dtype=torch.bfloat16)], torch=torch)
+                    launch = kernel_launcher(operands, problem, config)
+                    launch(0)  # compiles
+                    torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
+                    seconds, method = self._time(launch)
+                    estimate = cost.estimate(config, problem, self.base)
+                    timed.append(dict(tiles_per_sm=tiles, m=m, n=n, seconds=seconds,
+                                      predicted_seconds=estimate.predicted_seconds, bound=estimate.bound,
+                                      method=method))
+                    del operands
+                first, last = timed[0], timed[-1]
+                spread = last["tiles_per_sm"] - first["tiles_per_sm"]
+                per_tile = (last["seconds"] - first["seconds"]) / spread
+                predicted = (last["predicted_seconds"] - first["predicted_seconds"]) / spread
+                rows.append(dict(config=config.short(), k=k, seconds_per_tile=per_tile,
+                                 predicted_seconds_per_tile=predicted, rows=timed))
+        self.measured["tile_cost"] = rows
+
     # --- the run ----------------------------------------------------------------------------
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
@@ -490,6 +546,7 @@ class Calibration:
             ("DRAM read vs active SMs", self.dram_read_vs_sms),
             ("tensor cores vs busy SMs", self.tensor_rate_vs_busy_sms),
             ("split-K sum", self.split_sum),
+            ("time per further tile", self.tile_cost),
         ]
 
     def run(self) -> dict[str, Any]:

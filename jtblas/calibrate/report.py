@@ -45,6 +45,10 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     for timed in profile.get("measured", {}).get("split_sum", []):
         row(f"split-K sum of {timed['splits']} partials (x predicted, recorded only)",
             timed["measured_over_predicted"], 1.0, 1.0)
+    # Recorded only: each further tile per SM, measured against the model's prediction (µs).
+    for timed in profile.get("measured", {}).get("tile_cost", []):
+        row(f"time per further tile, {timed['config']}, K {timed['k']} (µs, recorded only)",
+            timed["seconds_per_tile"], timed["predicted_seconds_per_tile"], 1e-6)
     return rows
 
 

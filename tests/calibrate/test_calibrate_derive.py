@@ -110,6 +110,21 @@ def test_the_table_shows_the_split_sum_over_its_prediction():
     assert _profile(H200_RUN)["hardware"] == profile["hardware"]
 
 
+def test_the_table_shows_the_time_per_further_tile_against_the_model():
+    """The tile-cost step is recorded, not applied: its rows show each further tile's measured
+    time per SM beside the model's (µs), and no hardware field or constant comes of it."""
+    run = dict(H200_RUN, tile_cost=[
+        {"config": "128x128x64 w4 s4 g8", "k": 128, "seconds_per_tile": 3.0e-6, "predicted_seconds_per_tile": 2.5e-6},
+        {"config": "128x128x64 w4 s4 g8 tma", "k": 1024, "seconds_per_tile": 6.0e-6,
+         "predicted_seconds_per_tile": 7.5e-6}])
+    profile = _profile(run)
+    rows = {row[0]: row[1:] for row in report.comparison_rows(profile)}
+    label = "time per further tile, 128x128x64 w4 s4 g8{}, K {} (µs, recorded only)"
+    assert rows[label.format("", 128)] == ("3.00", "2.50", "1.20")
+    assert rows[label.format(" tma", 1024)] == ("6.00", "7.50", "0.80")
+    assert _profile(H200_RUN)["hardware"] == profile["hardware"]
+
+
 def _busy_rows(*pairs):
     return {"tensor_rate_vs_busy_sms": {"rows": [{"busy_sms": busy, "rate_over_all_busy": rate}
                                                  for busy, rate in pairs]}}

@@ -14,6 +14,56 @@ from jtblas import cli, hardware
 from jtblas.calibrate import measure
 
 
+@pytest.mark.parametrize(("tiles", "grid"), [(132, (11, 12)), (264, (12, 22)), (528, (22, 24)), (114, (6, 19)),
+                                             (7, (1, 7))])
+def test_tile_cost_grids_are_as_square_as_the_count_allows(tiles, grid):
+    """`measure.tile_grid`: the most square rows x columns of exactly that many tiles."""
+    assert measure.tile_grid(tiles) == grid
+
+
+def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
+    """`Calibration.tile_cost` without a GPU: launches and timings stubbed so that each further
+    tile costs its predicted time plus 0.3 µs; the step records that slope and the model's for the
+    pointer config and its TMA twin (Hopper) at each K, from products of 1, 2 and 4 tiles per SM."""
+    import types
+
+    from jtblas import torch_launch
+    from jtblas.config import Problem
+    from jtblas.model import cost
+
+    launched = []
+
+    def fake_launcher(operands, problem, config):
+        launched.append((problem, config))
+        return lambda i: None
+
+    monkeypatch.setattr(torch_launch, "kernel_launcher", fake_launcher)
+    fake_torch = types.SimpleNamespace(bfloat16="bf16", randn=lambda *shape, **kw: shape,
+                                       empty=lambda *shape, **kw: shape,
+                                       cuda=types.SimpleNamespace(synchronize=lambda: None))
+    run = measure.Calibration.__new__(measure.Calibration)
+    run.torch, run.sm_count, run.base, run.measured = fake_torch, 132, hardware.H100, {}
+
+    def fake_time(launch, nbuf=1):
+        problem, config = launched[-1]
+        tiles = problem.m * problem.n // (config.block_m * config.block_n) // 132
+        return cost.estimate(config, problem, hardware.H100).predicted_seconds + 0.3e-6 * tiles, "stub"
+
+    run._time = fake_time
+    run.tile_cost()
+    rows = run.measured["tile_cost"]
+    assert [(row["config"], row["k"]) for row in rows] == [
+        ("128x128x64 w4 s4 g8", 128), ("128x128x64 w4 s4 g8", 1024),
+        ("128x128x64 w4 s4 g8 tma", 128), ("128x128x64 w4 s4 g8 tma", 1024)]
+    for row in rows:
+        assert row["seconds_per_tile"] - row["predicted_seconds_per_tile"] == pytest.approx(0.3e-6)
+        assert [r["tiles_per_sm"] for r in row["rows"]] == [1, 2, 4]
+        for timed in row["rows"]:
+            assert timed["m"] * timed["n"] == timed["tiles_per_sm"] * 132 * 128 * 128
+    problem = Problem(m=1408, n=1536, k=128)  # 11 x 12 tiles: one per SM
+    assert launched[0] == (problem, measure.TILE_COST_CONFIG)
+
+
 def test_cli_without_gpu_prints_one_line_and_exits_1(capsys, monkeypatch):
     monkeypatch.setattr(measure, "find_gpu", lambda: measure.NO_GPU)
     assert cli.main(["calibrate", "--quick"]) == 1
