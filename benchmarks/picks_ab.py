@@ -6,6 +6,7 @@ old pick and the new one timed beside XLA's dot, through JAX.
     python benchmarks/select_latency.py --dump /tmp/after.json
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --list        # any machine
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --out ab.json  # on the GPU
+    python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --sample 60    # 60, evenly spaced
 
 The dumps hold every corpus product's plan on each built-in GPU description; the products timed
 are those whose plan differs on the description of the GPU that runs this (`--gpu` names
@@ -152,6 +153,15 @@ def summary(records: list[dict]) -> str:
             f"range {min(speed):.3f}-{max(speed):.3f}); against XLA {geomean(before):.3f} -> {geomean(after):.3f}")
 
 
+def evenly_spaced(products: list, count: int | None) -> list:
+    """`count` of `products` spread evenly over their order (every len/count-th, the first
+    included), or all of them when `count` is None or not smaller: a change that moves more
+    products than one GPU visit can time is still checked across all kinds of them."""
+    if count is None or count >= len(products):
+        return list(products)
+    return [products[i * len(products) // count] for i in range(count)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("before", help="select_latency.py --dump of the model before the change")
@@ -161,10 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds in turn (the median is kept)")
     parser.add_argument("--trials", type=int, default=3, help="slope samples per round")
     parser.add_argument("--out", default=None, help="JSON file for the records")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="time only this many of the moved products, evenly spaced in their order")
     args = parser.parse_args(argv)
     try:
         if args.rounds < 1 or args.trials < 1:
             raise ValueError(f"picks_ab: --rounds and --trials must be >= 1, got {args.rounds} and {args.trials}")
+        if args.sample is not None and args.sample < 1:
+            raise ValueError(f"picks_ab: --sample must be >= 1, got {args.sample}")
         dumps = []
         for path in (args.before, args.after):
             try:
@@ -198,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         for product in timeable:
             print(f"  {product.key}{' (fresh)' if product.key in fresh else ''}: {product.before} -> {product.after}")
         return 0
-    records = time_moved(timeable, rounds=args.rounds, trials=args.trials)
+    chosen = evenly_spaced(timeable, args.sample)
+    if len(chosen) < len(timeable):
+        print(f"timing {len(chosen)} of the {len(timeable)}, evenly spaced (--sample)")
+    records = time_moved(chosen, rounds=args.rounds, trials=args.trials)
     print(summary(records))
     drawn_records = [record for record in records if "fresh" in record.get("sets", ())]
     if drawn_records:

@@ -124,3 +124,18 @@ def test_bad_arguments_exit_with_one_line(picks_ab, dumps, tmp_path, capsys, arg
     assert picks_ab.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("picks_ab: ") and words in err[0]
+
+
+def test_a_sample_is_spread_evenly_over_the_moved_products(picks_ab, dumps, tmp_path, capsys):
+    """`--sample N` times N of the moved products, every len/N-th from the first; all where N is
+    not smaller; below 1 it is an error of one line."""
+    assert picks_ab.evenly_spaced(list(range(10)), 3) == [0, 3, 6]
+    assert picks_ab.evenly_spaced(list(range(10)), 10) == list(range(10))
+    assert picks_ab.evenly_spaced(list(range(4)), None) == [0, 1, 2, 3]
+    before, after, _, _ = dumps
+    paths = [tmp_path / "before.json", tmp_path / "after.json"]
+    for path, dump in zip(paths, (before, after)):
+        path.write_text(json.dumps(dump))
+    assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--sample", "0"]) == 2
+    assert capsys.readouterr().err == "picks_ab: --sample must be >= 1, got 0\n"
+
