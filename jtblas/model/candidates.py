@@ -529,7 +529,7 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
 
     fma = resources.uses_fma(problem)
     unphased = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
-    # Without K phases, misaligned rows' narrow copies, each with its address, must not spill
+    # Without K phases, misaligned rows' narrow copies must not spill their addresses
     # (`resources.narrow_copies_per_thread`); the K-phase twins load at their own widths.
     plain = unphased.take(resources.narrow_copies_per_thread(problem, unphased.block_m, unphased.block_n,
                                                              unphased.block_k, unphased.num_warps)

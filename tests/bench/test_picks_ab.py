@@ -138,4 +138,3 @@ def test_a_sample_is_spread_evenly_over_the_moved_products(picks_ab, dumps, tmp_
         path.write_text(json.dumps(dump))
     assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--sample", "0"]) == 2
     assert capsys.readouterr().err == "picks_ab: --sample must be >= 1, got 0\n"
-
