@@ -163,8 +163,8 @@ def test_narrow_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypat
     """The same limit without K phases (`resources.narrow_copies_per_thread`), against the
     compiler (sm_90a, no GPU): 6x4858x12954 (rows 4-byte aligned) on a 16x128x128 2-warp tile split
     6 ways issues 144 four-byte copies per thread per stage and spills (it ran 6.4x its predicted
-    time on an H100, 2026-12-07); an fp32 lm head's 16x128x32 2-warp tile at the limit (64) and the
-    model's picks on the H100 and the H200 spill nothing."""
+    time on an H100, 2026-12-07); an fp32 lm head's 16x128x32 2-warp tile at the limit (64) spills
+    a few bytes at most, and the model's picks on the H100 and the H200 nothing."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
     problem = jtblas.Problem(m=6, n=4858, k=12954, dtype="bfloat16", out_dtype="bfloat16")
     over = jtblas.Config(block_m=16, block_n=128, block_k=128, num_warps=2, num_stages=3, group_m=1, split_k=6)
@@ -173,7 +173,8 @@ def test_narrow_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypat
     fp32_head = jtblas.Problem(m=1, n=50257, k=1024, dtype="float32", out_dtype="float32")
     at_limit = jtblas.Config(block_m=16, block_n=128, block_k=32, num_warps=2, num_stages=3, group_m=1)
     assert resources.narrow_copies_per_thread(fp32_head, 16, 128, 32, 2) == resources.MAX_NARROW_COPIES_PER_THREAD
-    assert _spilled_bytes(at_limit, fp32_head, tmp_path) == 0
+    # At the limit a few bytes at most (none with Triton 3.6, 8 with 3.9); above it hundreds.
+    assert _spilled_bytes(at_limit, fp32_head, tmp_path) < 64
     for gpu in ("h100", "h200"):
         config = jtblas.select(6, 4858, 12954, dtype="bfloat16", hardware=gpu)
         assert _spilled_bytes(config, problem, tmp_path) == 0, config
