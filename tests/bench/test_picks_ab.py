@@ -138,3 +138,20 @@ def test_a_sample_is_spread_evenly_over_the_moved_products(picks_ab, dumps, tmp_
         path.write_text(json.dumps(dump))
     assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--sample", "0"]) == 2
     assert capsys.readouterr().err == "picks_ab: --sample must be >= 1, got 0\n"
+
+
+def test_fp32_variants_are_timed_with_dtype(picks_ab):
+    """`--dtype float32` compares the dumps' fp32 variants of the corpus products (keys `... float32
+    ... tf32`), shapes in that dtype, and leaves the corpus-dtype keys, fused layers and fresh draw
+    out."""
+    keys = picks_ab.corpus_keys("h100", "float32")
+    assert keys and all(" float32 " in key and key.endswith(" tf32") for key in keys)
+    assert all(shape.dtype == "float32" for shape in keys.values())
+    before = {key: {"pick": "128x128x32 w4 s3 g8"} for key in keys}
+    after = {key: dict(value) for key, value in before.items()}
+    first = next(iter(keys))
+    after[first]["pick"] = "128x128x32 w8 s3 g8"
+    timeable, other = picks_ab.moved(before, after, "h100", "float32")
+    assert [(t.key, t.shape.dtype, t.after) for t in timeable] == [(first, "float32", "128x128x32 w8 s3 g8")]
+    assert other == []
+
