@@ -531,9 +531,9 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     unphased = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
     # Without K phases, misaligned rows' narrow copies must not spill their addresses
     # (`resources.narrow_copies_per_thread`); the K-phase twins load at their own widths.
-    plain = unphased.take(resources.narrow_copies_per_thread(problem, unphased.block_m, unphased.block_n,
-                                                             unphased.block_k, unphased.num_warps)
-                          <= resources.MAX_NARROW_COPIES_PER_THREAD)
+    spilling = (resources.narrow_copies_per_thread(problem, unphased.block_m, unphased.block_n, unphased.block_k,
+                                                   unphased.num_warps) > resources.MAX_NARROW_COPIES_PER_THREAD)
+    plain = unphased.take(~spilling) if np.any(spilling) else unphased
     if problem.gated:  # the plain pointer kernel only (`resources.fit_errors`)
         return _epilogue_fits(plain, problem, hardware)
     parts = [plain]

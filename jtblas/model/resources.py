@@ -253,6 +253,14 @@ def plain_load_bytes(problem: Problem, operand: str, block_k, full: int = VECTOR
     A row-major operand's rows start at multiples of its row stride; a K-contiguous one with a K
     tail (K not a multiple of block_k) loads no wider than K's bytes allow; an M- (N-) contiguous
     one wraps its tile offsets at M (N), or at its row stride where its rows are padded past it."""
+    whole, tail = _plain_load_widths(problem, operand, full)
+    if whole == tail:
+        return np.full(np.shape(block_k), whole, dtype=np.int64)
+    return np.where(problem.k % np.asarray(block_k) != 0, tail, whole)
+
+
+def _plain_load_widths(problem: Problem, operand: str, full: int) -> tuple[int, int]:
+    """`plain_load_bytes` of a block_k that divides K and of one that leaves a K tail."""
     element = problem.a_bytes if operand == "a" else problem.b_bytes
     if operand == "a":
         stride, k_contiguous, extent = problem.a_row_stride, not problem.transpose_a, problem.m
@@ -262,9 +270,10 @@ def plain_load_bytes(problem: Problem, operand: str, block_k, full: int = VECTOR
     width = min(full, stride_bytes & -stride_bytes)
     if k_contiguous:
         k_bytes = problem.k * element
-        return np.where(problem.k % np.asarray(block_k) != 0, min(width, k_bytes & -k_bytes), width)
+        return width, min(width, k_bytes & -k_bytes)
     extent_bytes = extent * element if stride == extent else stride_bytes
-    return np.full(np.shape(block_k), min(width, extent_bytes & -extent_bytes), dtype=np.int64)
+    wrapped = min(width, extent_bytes & -extent_bytes)
+    return wrapped, wrapped
 
 
 # Copies narrower than 16 bytes but pipelined (cp.async of 4 or 8 bytes: rows whose stride is not
@@ -284,12 +293,16 @@ MAX_NARROW_COPIES_PER_THREAD = 64
 def narrow_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_warps):
     """Pipelined copies narrower than 16 bytes (`plain_load_bytes` from MIN_ASYNC_COPY_BYTES up)
     that one thread of the kernel without K phases issues per stage, A's and B's together; also
-    element-wise on integer arrays of block sizes and warps."""
+    element-wise on integer arrays of block sizes and warps (a plain 0 where neither operand has
+    any)."""
     copies = 0
     for operand, rows in (("a", block_m), ("b", block_n)):
+        widths = _plain_load_widths(problem, operand, VECTOR_BYTES)
+        if not any(MIN_ASYNC_COPY_BYTES <= width < VECTOR_BYTES for width in widths):
+            continue  # 16-byte loads (or loads through registers) whatever block_k: nothing to count
         width = plain_load_bytes(problem, operand, block_k)
-        element = problem.a_bytes if operand == "a" else problem.b_bytes
         narrow = (MIN_ASYNC_COPY_BYTES <= width) & (width < VECTOR_BYTES)
+        element = problem.a_bytes if operand == "a" else problem.b_bytes
         copies = copies + np.where(narrow, -(-(rows * block_k * element) // width) // (32 * num_warps), 0)
     return copies
 
