@@ -91,6 +91,14 @@ class Constants:
         before its first copy. Measured on the H200 through JAX
         (2026-12-01, `tma_twin_ab.json`): a one-tile product (128x256x64, 128x256x64 w8 s3) 7.37
         against 5.35 µs; +2.0 to +3.4 µs on every product of 45 µs or less.
+      program_start_seconds: what a program costs before its first load is issued and after its
+        last store, beyond the fill and the epilogue: its index arithmetic, the pointers and masks
+        of its first stages, its exit. The pointer kernel pays it on every tile (each tile a
+        program that starts cold), the persistent TMA kernel once per program. Measured by
+        `jtblas calibrate` ("time per further tile"; derived in `derive.derive`): on an H100
+        (2026-12-07, torch launches in a CUDA graph) each further tile per SM of 128x128x64 w4 s4
+        at K = 128 cost 3.09 µs where the model without it gave 2.62; through JAX the same day an
+        8192x8192xK sweep showed 0.33-0.40 µs a program at K ≤ 256.
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -109,6 +117,7 @@ class Constants:
     warp_schedulers_per_sm: int = 4
     narrow_loads_in_flight: float = 7.0
     epilogue_warps_per_scheduler: float = 2.0
+    program_start_seconds: float = 470 * NANO
 
 
 DEFAULT_CONSTANTS = Constants()

@@ -575,7 +575,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
                             latency / in_flight)
 
     # One tile: fill, the K loop, the epilogue.
-    fill = latency + (a_loaded + b_step) / load_port
+    fill = constants.program_start_seconds + latency + (a_loaded + b_step) / load_port
     stored_bytes = np.where(split > 1, PARTIAL_BYTES, problem.out_bytes)
     # A gated tile stores (and adds a residual to) half its columns: gate · up pairs.
     out_columns = bn // 2 if problem.gated else bn
