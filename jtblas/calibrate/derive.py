@@ -87,7 +87,24 @@ def derive(measured: Mapping[str, Any], *, sm_count: int, base: Hardware,
     latency = m.get("loaded_latency_seconds")
     if latency and math.isfinite(latency) and 50e-9 <= latency <= 20e-6:
         constants["memory_latency_seconds"] = latency
+    start = program_start_seconds(m, base)
+    if start is not None:
+        constants["program_start_seconds"] = start
     return fields, constants
+
+
+def program_start_seconds(measured: Mapping[str, Any], base: Hardware) -> float | None:
+    """`Constants.program_start_seconds` from the tile-cost step (`Calibration.tile_cost`): the
+    pointer kernel's time per further tile at the step's shortest K, where each tile is a cold
+    program and the K loop is two steps, less the model's slope on `base` with its own start cost
+    taken out; None unless that row was measured and the result lies in [0, 5 µs]."""
+    pointer = [row for row in measured.get("tile_cost", []) if not row["config"].endswith(" tma")]
+    if not pointer:
+        return None
+    row = min(pointer, key=lambda row: row["k"])
+    built_in = base.model_constants().program_start_seconds
+    start = row["seconds_per_tile"] - row["predicted_seconds_per_tile"] + built_in
+    return start if math.isfinite(start) and 0.0 <= start <= 5e-6 else None
 
 
 def busy_sm_rates(measured: Mapping[str, Any], sm_count: int) -> list[list[float]]:

@@ -110,19 +110,38 @@ def test_the_table_shows_the_split_sum_over_its_prediction():
     assert _profile(H200_RUN)["hardware"] == profile["hardware"]
 
 
-def test_the_table_shows_the_time_per_further_tile_against_the_model():
-    """The tile-cost step is recorded, not applied: its rows show each further tile's measured
-    time per SM beside the model's (µs), and no hardware field or constant comes of it."""
-    run = dict(H200_RUN, tile_cost=[
+def test_the_time_per_further_tile_gives_the_program_start_cost():
+    """The tile-cost step's rows show each further tile's measured time per SM beside the model's
+    (µs); the pointer kernel's row at the shortest K gives `program_start_seconds` (its excess
+    over the model's slope, the built-in start cost added back), applied only when fitted; no
+    hardware field comes of it, and a start cost outside [0, 5 µs] is left out."""
+    built_in = gpus.H200.model_constants().program_start_seconds
+    tiles = [
+        {"config": "128x128x64 w4 s4 g8", "k": 1024, "seconds_per_tile": 8.0e-6, "predicted_seconds_per_tile": 9.0e-6},
         {"config": "128x128x64 w4 s4 g8", "k": 128, "seconds_per_tile": 3.0e-6, "predicted_seconds_per_tile": 2.5e-6},
+        {"config": "128x128x64 w4 s4 g8 tma", "k": 128, "seconds_per_tile": 1.0e-6,
+         "predicted_seconds_per_tile": 2.0e-6},
         {"config": "128x128x64 w4 s4 g8 tma", "k": 1024, "seconds_per_tile": 6.0e-6,
-         "predicted_seconds_per_tile": 7.5e-6}])
+         "predicted_seconds_per_tile": 7.5e-6}]
+    run = dict(H200_RUN, tile_cost=tiles)
     profile = _profile(run)
     rows = {row[0]: row[1:] for row in report.comparison_rows(profile)}
     label = "time per further tile, 128x128x64 w4 s4 g8{}, K {} (µs, recorded only)"
     assert rows[label.format("", 128)] == ("3.00", "2.50", "1.20")
     assert rows[label.format(" tma", 1024)] == ("6.00", "7.50", "0.80")
+    start = 0.5e-6 + built_in
+    assert profile["measured"]["constants"]["program_start_seconds"] == pytest.approx(start)
+    assert rows["program start, µs (model constant)"][0] == f"{start * 1e6:.2f}"
     assert _profile(H200_RUN)["hardware"] == profile["hardware"]
+    assert profiles.to_hardware(profile, origin="recorded").model_constants() == gpus.H200.model_constants()
+    fitted = profiles.to_hardware(_profile(run, fit_constants=True), origin="fitted")
+    assert fitted.model_constants().program_start_seconds == pytest.approx(start)
+    slower = dict(tiles[1], seconds_per_tile=9.0e-6)
+    assert "program_start_seconds" not in derive.derive(dict(H200_RUN, tile_cost=[slower]), sm_count=132,
+                                                        base=gpus.H200)[1]
+    tma_only = [row for row in tiles if row["config"].endswith(" tma")]
+    assert "program_start_seconds" not in derive.derive(dict(H200_RUN, tile_cost=tma_only), sm_count=132,
+                                                        base=gpus.H200)[1]
 
 
 def _busy_rows(*pairs):
