@@ -58,6 +58,15 @@ TILE_COST_TILES = (1, 2, 4)
 TILE_COST_K = (128, 1024)
 
 
+def latency_knee(rows: list[dict]) -> dict:
+    """Of read rows at several bytes in flight per program, the one with the fewest bytes in
+    flight that reaches 90% of the best bandwidth: its time per step is the loaded latency
+    (Little's law: latency = bytes in flight / bandwidth, once more in flight adds nothing)."""
+    best = max(row["bytes_per_s"] for row in rows)
+    return min((row for row in rows if row["bytes_per_s"] >= 0.9 * best),
+               key=lambda row: row["inflight_bytes_per_program"])
+
+
 def tile_grid(tiles: int) -> tuple[int, int]:
     """Rows and columns of a grid of `tiles` tiles, as square as the count allows (rows ≤ columns):
     A's and B's panels are each read by many tiles from L2, so C's stores dominate the DRAM bytes
@@ -378,12 +387,25 @@ class Calibration:
                            chunk_bytes=self.plan.read_buffer_bytes // 2 // self.sm_count)
                 for b in self.plan.inflight_bytes]
         self.measured["dram_read_vs_inflight"] = rows
-        best = max(row["bytes_per_s"] for row in rows)
-        knee = min((row for row in rows if row["bytes_per_s"] >= 0.9 * best),
-                   key=lambda row: row["inflight_bytes_per_program"])
-        self.measured["dram_read_bytes_per_s"] = best
+        knee = latency_knee(rows)
+        self.measured["dram_read_bytes_per_s"] = max(row["bytes_per_s"] for row in rows)
         self.measured["loaded_latency_seconds"] = knee["seconds_per_step"]
         self.measured["loaded_latency_inflight_bytes_per_sm"] = knee["inflight_bytes_per_program"]
+
+    def l2_read_vs_inflight(self) -> None:
+        """Every SM one program re-reading its `l2_chunk_bytes` (all of them together well inside
+        L2) with 8-128 KB in flight: the loaded latency of a read that hits L2, at the knee as in
+        `dram_read_vs_inflight`. A K loop whose panels come from L2 waits this long for a stage,
+        not DRAM's loaded latency (on an H100, 2026-12-07, 128x128x64 w4 s4 ran its K steps at the
+        tensor cores' 0.36 µs where DRAM's latency over two loads in flight gives 0.5). Recorded
+        only."""
+        rows = [self._read(programs=self.sm_count, inflight_bytes=b, chunk_bytes=self.plan.l2_chunk_bytes,
+                           repeats=self.plan.l2_repeats, rotate=False)
+                for b in self.plan.inflight_bytes]
+        self.measured["l2_read_vs_inflight"] = rows
+        knee = latency_knee(rows)
+        self.measured["l2_loaded_latency_seconds"] = knee["seconds_per_step"]
+        self.measured["l2_loaded_latency_inflight_bytes_per_sm"] = knee["inflight_bytes_per_program"]
 
     def single_sm_read(self) -> None:
         """One program: step time = idle latency + bytes / the SM's load rate; two in-flight sizes
@@ -542,6 +564,7 @@ class Calibration:
             ("L2 read", self.l2_read),
             ("L2 through our GEMM", self.l2_gemm),
             ("DRAM read vs bytes in flight", self.dram_read_vs_inflight),
+            ("L2 read vs bytes in flight", self.l2_read_vs_inflight),
             ("one-SM read", self.single_sm_read),
             ("DRAM read vs active SMs", self.dram_read_vs_sms),
             ("tensor cores vs busy SMs", self.tensor_rate_vs_busy_sms),
@@ -605,4 +628,4 @@ def _check_triton_compiles() -> None:
 
 
 __all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "SPLIT_SUM_SIZE",
-           "SPLIT_SUM_SPLITS", "find_gpu"]
+           "SPLIT_SUM_SPLITS", "find_gpu", "latency_knee"]

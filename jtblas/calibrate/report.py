@@ -38,6 +38,9 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         DEFAULT_CONSTANTS.memory_latency_seconds, 1e-6)
     row("program start, µs (model constant)", constants.get("program_start_seconds"),
         DEFAULT_CONSTANTS.program_start_seconds, 1e-6)
+    # Recorded only: the model has one latency for every load; the ratio is L2's share of it.
+    row("loaded latency of an L2 hit, µs (recorded only)",
+        profile.get("measured", {}).get("l2_loaded_latency_seconds"), DEFAULT_CONSTANTS.memory_latency_seconds, 1e-6)
     # The built-ins run every grid at the all-busy rate (1.00); the ratio column is the rate itself.
     # Applied (a hardware field, with --fit-constants) or recorded only (`measured.busy_sm_rates`).
     curve = fields.get("busy_sm_rates") or profile.get("measured", {}).get("busy_sm_rates", [])

@@ -64,6 +64,46 @@ def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
     assert launched[0] == (problem, measure.TILE_COST_CONFIG)
 
 
+def _read_rows(rates):
+    """Read rows at 8, 16, 32, 64 and 128 KB in flight per program with these bandwidths (B/s)."""
+    sizes = [8 * 1024 * 2**i for i in range(len(rates))]
+    return [dict(inflight_bytes_per_program=size, bytes_per_s=rate, seconds_per_step=size * 132 / rate)
+            for size, rate in zip(sizes, rates)]
+
+
+def test_the_latency_is_the_step_time_at_the_knee():
+    """`measure.latency_knee`: the fewest bytes in flight reaching 90% of the best bandwidth, not
+    the best row itself (Little's law: beyond the knee more in flight only queues)."""
+    rows = _read_rows([2e12, 6e12, 9.2e12, 10e12, 9.9e12])
+    assert measure.latency_knee(rows) is rows[2]
+    assert measure.latency_knee(rows[:1]) is rows[0]
+
+
+def test_the_l2_latency_step_rereads_a_working_set_inside_l2():
+    """`Calibration.l2_read_vs_inflight` without a GPU (`_read` stubbed): every SM one program
+    re-reading its `l2_chunk_bytes` (no rotation over the buffer, so the data stays in L2) at
+    each in-flight size of the plan; the knee's step time is recorded as the L2 latency."""
+    run = measure.Calibration.__new__(measure.Calibration)
+    run.sm_count, run.plan, run.measured = 132, measure.MeasurementPlan.make(quick=False), {}
+    calls = []
+    rows = iter(_read_rows([3e12, 6e12, 10e12, 11.5e12, 11.8e12]))
+
+    def fake_read(**kwargs):
+        calls.append(kwargs)
+        return next(rows)
+
+    run._read = fake_read
+    run.l2_read_vs_inflight()
+    assert [call["inflight_bytes"] for call in calls] == list(run.plan.inflight_bytes)
+    for call in calls:
+        assert call["programs"] == 132 and call["rotate"] is False
+        assert call["chunk_bytes"] == run.plan.l2_chunk_bytes and call["repeats"] == run.plan.l2_repeats
+        assert 132 * call["chunk_bytes"] < hardware.H100.l2_bytes // 2
+    knee = run.measured["l2_read_vs_inflight"][3]  # 64 KB: the first at 90% of 11.8 TB/s
+    assert run.measured["l2_loaded_latency_seconds"] == knee["seconds_per_step"]
+    assert run.measured["l2_loaded_latency_inflight_bytes_per_sm"] == 64 * 1024
+
+
 def test_cli_without_gpu_prints_one_line_and_exits_1(capsys, monkeypatch):
     monkeypatch.setattr(measure, "find_gpu", lambda: measure.NO_GPU)
     assert cli.main(["calibrate", "--quick"]) == 1
@@ -114,6 +154,10 @@ def test_calibrate_quick_end_to_end(tmp_path):
     sums = profile["measured"]["split_sum"]
     assert [row["splits"] for row in sums] == [2, 4]
     assert all(0.3 < row["measured_over_predicted"] < 5 for row in sums), sums
+    # A read that hits L2 waits less than one from DRAM; a program's start is measured and sound.
+    measured = profile["measured"]
+    assert 0 < measured["l2_loaded_latency_seconds"] < measured["loaded_latency_seconds"]
+    assert 0 <= measured["constants"]["program_start_seconds"] < 5e-6
     assert f"wrote {out}" in result.stdout
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -20,3 +20,13 @@ def test_busy_sm_rates_are_listed_against_the_all_busy_rate():
     busy = [row for row in rows if row[0].startswith("SM rate with")]
     assert busy == [("SM rate with 25% of the SMs busy (x all busy)", "1.14", "1.00", "1.14"),
                     ("SM rate with 55% of the SMs busy (x all busy)", "1.12", "1.00", "1.12")]
+
+
+def test_the_l2_latency_is_listed_against_the_one_latency_of_the_model():
+    profile = profiles.make(device="NVIDIA H100 80GB HBM3", driver="580.159.04", base="h100", hardware={},
+                            measured={"l2_loaded_latency_seconds": 0.6e-6})
+    rows = {row[0]: row[1:] for row in report.comparison_rows(profile)}
+    assert rows["loaded latency of an L2 hit, µs (recorded only)"] == ("0.60", "1.00", "0.60")
+    unmeasured = profiles.make(device="NVIDIA H100 80GB HBM3", driver="580.159.04", base="h100", hardware={})
+    rows = {row[0]: row[1:] for row in report.comparison_rows(unmeasured)}
+    assert rows["loaded latency of an L2 hit, µs (recorded only)"] == ("-", "1.00", "-")
