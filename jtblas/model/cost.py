@@ -16,6 +16,7 @@ and stores its tile once. `estimate` predicts its time as
     step_seconds    = max(mma, shared-memory traffic, load port) + loop overhead     (one K step)
     step_chain      = step_seconds, or max(mma + shared-memory traffic, load port) + loop overhead
                       where an mma.sync program's 16-row warps are alone on their schedulers
+    fill_seconds    = program start + latency + the first stage's bytes / load port
 
 `tiles_per_sm = ceil(tiles / SMs)` is the wave quantization (the busiest SM does that many tiles;
 with several programs per SM they share its tensor cores, shared memory and load port, so the
@@ -121,7 +122,7 @@ class Estimate:
     time per step: step, or MMA + shared memory in place of their max where its warps take turns
     between the two, `mma_and_smem_take_turns`), step_latency (= latency / loads_in_flight: the
     least time per step that the pipeline's loads in flight allow).
-    One tile: fill (first stage's latency and bytes), epilogue (store of the C tile, with
+    One tile: fill (the program's start cost, first stage's latency and bytes), epilogue (store of the C tile, with
     epilogue_work), epilogue_work (a fused epilogue's own work: its bias and residual reads and its
     activation; 0 without one, or where a reduction kernel applies it), activation_issue_rate (the
     fraction of the SM's fp32 rate its resident warps issue the activation at), tile_throughput,

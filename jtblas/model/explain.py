@@ -257,7 +257,7 @@ def _bound_words(e: cost.Estimate) -> str:
                 f"{e.step_latency * 1e9:.0f} ns, more than its {e.step * 1e9:.0f} ns of work; "
                 f"{e.programs_per_sm} program(s) per SM to overlap)")
     if bound == "fill":
-        return (f"bound by per-tile pipeline fill and epilogue ({_us(e.fill + e.epilogue)} per tile, "
+        return (f"bound by per-tile start, pipeline fill and epilogue ({_us(e.fill + e.epilogue)} per tile, "
                 f"{e.programs_per_sm} program(s) per SM to overlap them; K steps "
                 f"{e.step * 1e9:.0f} ns each)")
     if bound == "mma+smem":
