@@ -122,11 +122,11 @@ class Estimate:
     time per step: step, or MMA + shared memory in place of their max where its warps take turns
     between the two, `mma_and_smem_take_turns`), step_latency (= latency / loads_in_flight: the
     least time per step that the pipeline's loads in flight allow).
-    One tile: fill (the program's start cost, first stage's latency and bytes), epilogue (store of the C tile, with
-    epilogue_work), epilogue_work (a fused epilogue's own work: its bias and residual reads and its
-    activation; 0 without one, or where a reduction kernel applies it), activation_issue_rate (the
-    fraction of the SM's fp32 rate its resident warps issue the activation at), tile_throughput,
-    tile_latency.
+    One tile: fill (the program's start cost, the first stage's latency and bytes), epilogue (store
+    of the C tile, with epilogue_work), epilogue_work (a fused epilogue's own work: its bias and
+    residual reads and its activation; 0 without one, or where a reduction kernel applies it),
+    activation_issue_rate (the fraction of the SM's fp32 rate its resident warps issue the
+    activation at), tile_throughput, tile_latency.
     Kernel: sm_throughput, sm_latency, sm (their max); dram_bytes, l2_bytes, l2_hit_rate,
     dram, l2, memory_latency, memory (= max(dram, l2) + memory_latency); launch (the TMA kernel's
     set-up included); predicted_seconds.

@@ -34,7 +34,8 @@ def test_corpus_picks_unchanged_without_a_batch():
     had when `tests/data/corpus_picks.json` was written (H200, 512 products with the misaligned set;
     " +C": C computed padded and sliced; last changed 2026-12-07: each program pays a start cost
     (`Constants.program_start_seconds`), 29 picks move (decode splits to more ways, mid-size
-    forwards to the TMA kernel, misaligned dw at 1-16 tokens to 128-column tiles); before that,
+    forwards to the TMA kernel, misaligned dw at 1-16 tokens to 128-column tiles or B copied);
+    before that,
     2026-12-06 (evening): the persistent TMA
     kernel pays fill and epilogue once per program, 39 mid-size and lm-head forwards move to it;
     before that, split factors 3, 5, 6 and 7
