@@ -58,6 +58,14 @@ TILE_COST_TILES = (1, 2, 4)
 TILE_COST_K = (128, 1024)
 
 
+# `Calibration.narrow_copies`: our pointer kernel on fp32 products whose B rows are 4-, 8- and
+# 16-byte aligned (N = 32001, 32002, 32004: an lm head over a vocabulary not a multiple of 4), each
+# timed against its prediction. B streams from DRAM (K · N · 4 bytes ≫ L2). 64x128x32 on 4 warps
+# issues 32 four-byte copies of B per thread per stage, under `MAX_NARROW_COPIES_PER_THREAD`.
+NARROW_COPY_CONFIG = Config(block_m=64, block_n=128, block_k=32, num_warps=4, num_stages=3, group_m=1)
+NARROW_COPY_COLUMNS = (32001, 32002, 32004)
+
+
 def latency_knee(rows: list[dict]) -> dict:
     """Of read rows at several bytes in flight per program, the one with the fewest bytes in
     flight that reaches 90% of the best bandwidth: its time per step is the loaded latency
@@ -509,6 +517,39 @@ class Calibration:
             del partials, out
         self.measured["split_sum"] = rows
 
+    def narrow_copies(self) -> None:
+        """`NARROW_COPY_CONFIG` on fp32 products [64, K] x [K, N] for each N of
+        `NARROW_COPY_COLUMNS` (B's rows 4-, 8- and 16-byte aligned; K 4096, 1024 quick) against the
+        model's prediction on the built-in description. The model prices a 4- or 8-byte copy as
+        its share of the load port, pipelined like a 16-byte one; on an H100 through JAX
+        (2026-12-07) fp32 lm heads of 1-16 tokens over 32001 words ran 2.4x their prediction on
+        tiles of 64 four-byte copies per thread (`benchmarks/results/2026-12-07-h100-program-start/`).
+        Recorded only."""
+        from jtblas.config import Problem
+        from jtblas.model import cost, resources
+        from jtblas.torch_launch import LaunchOperands, kernel_launcher
+
+        torch = self.torch
+        m, k = 64, 1024 if self.plan.quick else 4096
+        config = NARROW_COPY_CONFIG
+        rows = []
+        for n in NARROW_COPY_COLUMNS:
+            problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32")
+            operands = LaunchOperands(a=[torch.randn(m, k, device="cuda", dtype=torch.float32)],
+                                      b=[torch.randn(k, n, device="cuda", dtype=torch.float32)],
+                                      c=[torch.empty(m, n, device="cuda", dtype=torch.float32)], torch=torch)
+            launch = kernel_launcher(operands, problem, config)
+            launch(0)  # compiles
+            torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
+            seconds, method = self._time(launch)
+            predicted = cost.estimate(config, problem, self.base).predicted_seconds
+            width = int(resources.plain_load_bytes(problem, "b", config.block_k))
+            rows.append(dict(n=n, k=k, b_vector_bytes=width, seconds=seconds, predicted_seconds=predicted,
+                             measured_over_predicted=seconds / predicted,
+                             b_bytes_per_s=k * n * 4 / seconds, method=method))
+            del operands
+        self.measured["narrow_copies"] = dict(config=config.short(), m=m, rows=rows)
+
     def tile_cost(self) -> None:
         """What each further tile on an SM costs: `TILE_COST_CONFIG` (and its TMA twin on Hopper) on
         bf16 products of `TILE_COST_TILES` tiles per SM (a `tile_grid` of tiles · SMs), K in
@@ -570,6 +611,7 @@ class Calibration:
             ("tensor cores vs busy SMs", self.tensor_rate_vs_busy_sms),
             ("split-K sum", self.split_sum),
             ("time per further tile", self.tile_cost),
+            ("4- and 8-byte copies", self.narrow_copies),
         ]
 
     def run(self) -> dict[str, Any]:
@@ -627,5 +669,5 @@ def _check_triton_compiles() -> None:
         raise RuntimeError("TRITON_INTERPRET is set: Triton kernels would run in the CPU interpreter")
 
 
-__all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NO_GPU", "SPLIT_SUM_SIZE",
-           "SPLIT_SUM_SPLITS", "find_gpu", "latency_knee"]
+__all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NARROW_COPY_COLUMNS",
+           "NARROW_COPY_CONFIG", "NO_GPU", "SPLIT_SUM_SIZE", "SPLIT_SUM_SPLITS", "find_gpu", "latency_knee"]

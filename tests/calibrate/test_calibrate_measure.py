@@ -64,6 +64,52 @@ def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
     assert launched[0] == (problem, measure.TILE_COST_CONFIG)
 
 
+def test_narrow_copies_time_b_at_each_row_alignment_against_the_model(monkeypatch):
+    """`Calibration.narrow_copies` without a GPU: launches stubbed, each timed at twice its
+    prediction; the step runs the fixed config on fp32 products whose B rows are 4-, 8- and 16-byte
+    aligned (as the model sees them) and records each time over its prediction."""
+    import types
+
+    from jtblas import torch_launch
+    from jtblas.model import resources
+
+    launched = []
+
+    def fake_launcher(operands, problem, config):
+        launched.append((problem, config))
+        return lambda i: None
+
+    monkeypatch.setattr(torch_launch, "kernel_launcher", fake_launcher)
+    fake_torch = types.SimpleNamespace(float32="f32", randn=lambda *shape, **kw: shape,
+                                       empty=lambda *shape, **kw: shape,
+                                       cuda=types.SimpleNamespace(synchronize=lambda: None))
+    run = measure.Calibration.__new__(measure.Calibration)
+    run.torch, run.base, run.measured = fake_torch, hardware.H100, {}
+    run.plan = measure.MeasurementPlan.make(quick=True)
+
+    def fake_time(launch, nbuf=1):
+        from jtblas.model import cost
+
+        problem, config = launched[-1]
+        return 2 * cost.estimate(config, problem, hardware.H100).predicted_seconds, "stub"
+
+    run._time = fake_time
+    run.narrow_copies()
+    timed = run.measured["narrow_copies"]
+    assert timed["config"] == measure.NARROW_COPY_CONFIG.short() and timed["m"] == 64
+    assert [row["b_vector_bytes"] for row in timed["rows"]] == [4, 8, 16]
+    for (problem, config), row in zip(launched, timed["rows"]):
+        assert config == measure.NARROW_COPY_CONFIG and problem.dtype == "float32"
+        assert (problem.m, problem.n, problem.k) == (64, row["n"], 1024)
+        assert resources.plain_load_bytes(problem, "b", config.block_k) == row["b_vector_bytes"]
+        assert row["measured_over_predicted"] == pytest.approx(2.0)
+    # Under the narrow-copies limit: the tile is one the model can pick.
+    problem = launched[0][0]
+    config = measure.NARROW_COPY_CONFIG
+    assert 0 < resources.narrow_copies_per_thread(problem, config.block_m, config.block_n, config.block_k,
+                                                  config.num_warps) <= resources.MAX_NARROW_COPIES_PER_THREAD
+
+
 def _read_rows(rates):
     """Read rows at 8, 16, 32, 64 and 128 KB in flight per program with these bandwidths (B/s)."""
     sizes = [8 * 1024 * 2**i for i in range(len(rates))]
@@ -158,6 +204,7 @@ def test_calibrate_quick_end_to_end(tmp_path):
     measured = profile["measured"]
     assert 0 < measured["l2_loaded_latency_seconds"] < measured["loaded_latency_seconds"]
     assert 0 <= measured["constants"]["program_start_seconds"] < 5e-6
+    assert [row["b_vector_bytes"] for row in measured["narrow_copies"]["rows"]] == [4, 8, 16]
     assert f"wrote {out}" in result.stdout
     with warnings.catch_warnings():
         warnings.simplefilter("error")
