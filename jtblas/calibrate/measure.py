@@ -517,6 +517,22 @@ class Calibration:
             del partials, out
         self.measured["split_sum"] = rows
 
+    def _time_product(self, problem, config: Config) -> tuple[float, str]:
+        """(seconds, method) of our kernel on fresh random operands of `problem` (A [M, K], B [K, N]
+        as stored, in its dtype) with `config`, launched as `jtblas.matmul` launches it."""
+        from jtblas.torch_launch import LaunchOperands, kernel_launcher
+
+        torch = self.torch
+        dtype = getattr(torch, problem.dtype)
+        m, n, k = problem.m, problem.n, problem.k
+        operands = LaunchOperands(a=[torch.randn(m, k, device="cuda", dtype=dtype)],
+                                  b=[torch.randn(k, n, device="cuda", dtype=dtype)],
+                                  c=[torch.empty(m, n, device="cuda", dtype=dtype)], torch=torch)
+        launch = kernel_launcher(operands, problem, config)
+        launch(0)  # compiles
+        torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
+        return self._time(launch)
+
     def narrow_copies(self) -> None:
         """`NARROW_COPY_CONFIG` on fp32 products [64, K] x [K, N] for each N of
         `NARROW_COPY_COLUMNS` (B's rows 4-, 8- and 16-byte aligned; K 4096, 1024 quick) against the
@@ -527,27 +543,18 @@ class Calibration:
         Recorded only."""
         from jtblas.config import Problem
         from jtblas.model import cost, resources
-        from jtblas.torch_launch import LaunchOperands, kernel_launcher
 
-        torch = self.torch
         m, k = 64, 1024 if self.plan.quick else 4096
         config = NARROW_COPY_CONFIG
         rows = []
         for n in NARROW_COPY_COLUMNS:
             problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32")
-            operands = LaunchOperands(a=[torch.randn(m, k, device="cuda", dtype=torch.float32)],
-                                      b=[torch.randn(k, n, device="cuda", dtype=torch.float32)],
-                                      c=[torch.empty(m, n, device="cuda", dtype=torch.float32)], torch=torch)
-            launch = kernel_launcher(operands, problem, config)
-            launch(0)  # compiles
-            torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
-            seconds, method = self._time(launch)
+            seconds, method = self._time_product(problem, config)
             predicted = cost.estimate(config, problem, self.base).predicted_seconds
             width = int(resources.plain_load_bytes(problem, "b", config.block_k))
             rows.append(dict(n=n, k=k, b_vector_bytes=width, seconds=seconds, predicted_seconds=predicted,
                              measured_over_predicted=seconds / predicted,
                              b_bytes_per_s=k * n * 4 / seconds, method=method))
-            del operands
         self.measured["narrow_copies"] = dict(config=config.short(), m=m, rows=rows)
 
     def tile_cost(self) -> None:
@@ -559,9 +566,7 @@ class Calibration:
         cold) and below it at K ≥ 768 (its four stages beat the latency bound). Recorded only."""
         from jtblas.config import Problem
         from jtblas.model import cost
-        from jtblas.torch_launch import LaunchOperands, kernel_launcher
 
-        torch = self.torch
         configs = [TILE_COST_CONFIG] + ([dataclasses.replace(TILE_COST_CONFIG, tma=True)] if self.base.tma else [])
         rows = []
         for config in configs:
@@ -571,18 +576,11 @@ class Calibration:
                     grid_rows, grid_columns = tile_grid(tiles * self.sm_count)
                     m, n = config.block_m * grid_rows, config.block_n * grid_columns
                     problem = Problem(m=m, n=n, k=k, dtype="bfloat16", out_dtype="bfloat16")
-                    operands = LaunchOperands(a=[torch.randn(m, k, device="cuda", dtype=torch.bfloat16)],
-                                              b=[torch.randn(k, n, device="cuda", dtype=torch.bfloat16)],
-                                              c=[torch.empty(m, n, device="cuda", dtype=torch.bfloat16)], torch=torch)
-                    launch = kernel_launcher(operands, problem, config)
-                    launch(0)  # compiles
-                    torch.cuda.synchronize()  # the timer runs on its own stream: the data must be there first
-                    seconds, method = self._time(launch)
+                    seconds, method = self._time_product(problem, config)
                     estimate = cost.estimate(config, problem, self.base)
                     timed.append(dict(tiles_per_sm=tiles, m=m, n=n, seconds=seconds,
                                       predicted_seconds=estimate.predicted_seconds, bound=estimate.bound,
                                       method=method))
-                    del operands
                 first, last = timed[0], timed[-1]
                 spread = last["tiles_per_sm"] - first["tiles_per_sm"]
                 per_tile = (last["seconds"] - first["seconds"]) / spread

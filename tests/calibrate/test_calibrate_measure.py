@@ -21,15 +21,14 @@ def test_tile_cost_grids_are_as_square_as_the_count_allows(tiles, grid):
     assert measure.tile_grid(tiles) == grid
 
 
-def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
-    """`Calibration.tile_cost` without a GPU: launches and timings stubbed so that each further
-    tile costs its predicted time plus 0.3 µs; the step records that slope and the model's for the
-    pointer config and its TMA twin (Hopper) at each K, from products of 1, 2 and 4 tiles per SM."""
+def _stubbed_run(monkeypatch, timed):
+    """A `Calibration` with no GPU behind it: `torch_launch.kernel_launcher` records each
+    (problem, config) it is asked for and launches nothing, torch makes no tensors, and `_time`
+    returns timed(problem, config) seconds for the last product launched. Returns the run and the
+    list of launched products."""
     import types
 
     from jtblas import torch_launch
-    from jtblas.config import Problem
-    from jtblas.model import cost
 
     launched = []
 
@@ -38,18 +37,28 @@ def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
         return lambda i: None
 
     monkeypatch.setattr(torch_launch, "kernel_launcher", fake_launcher)
-    fake_torch = types.SimpleNamespace(bfloat16="bf16", randn=lambda *shape, **kw: shape,
+    fake_torch = types.SimpleNamespace(bfloat16="bf16", float32="f32", randn=lambda *shape, **kw: shape,
                                        empty=lambda *shape, **kw: shape,
                                        cuda=types.SimpleNamespace(synchronize=lambda: None))
     run = measure.Calibration.__new__(measure.Calibration)
     run.torch, run.sm_count, run.base, run.measured = fake_torch, 132, hardware.H100, {}
+    run.plan = measure.MeasurementPlan.make(quick=True)
+    run._time = lambda launch, nbuf=1: (timed(*launched[-1]), "stub")
+    return run, launched
 
-    def fake_time(launch, nbuf=1):
-        problem, config = launched[-1]
+
+def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
+    """`Calibration.tile_cost` without a GPU: launches and timings stubbed so that each further
+    tile costs its predicted time plus 0.3 µs; the step records that slope and the model's for the
+    pointer config and its TMA twin (Hopper) at each K, from products of 1, 2 and 4 tiles per SM."""
+    from jtblas.config import Problem
+    from jtblas.model import cost
+
+    def timed(problem, config):
         tiles = problem.m * problem.n // (config.block_m * config.block_n) // 132
-        return cost.estimate(config, problem, hardware.H100).predicted_seconds + 0.3e-6 * tiles, "stub"
+        return cost.estimate(config, problem, hardware.H100).predicted_seconds + 0.3e-6 * tiles
 
-    run._time = fake_time
+    run, launched = _stubbed_run(monkeypatch, timed)
     run.tile_cost()
     rows = run.measured["tile_cost"]
     assert [(row["config"], row["k"]) for row in rows] == [
@@ -68,32 +77,10 @@ def test_narrow_copies_time_b_at_each_row_alignment_against_the_model(monkeypatc
     """`Calibration.narrow_copies` without a GPU: launches stubbed, each timed at twice its
     prediction; the step runs the fixed config on fp32 products whose B rows are 4-, 8- and 16-byte
     aligned (as the model sees them) and records each time over its prediction."""
-    import types
+    from jtblas.model import cost, resources
 
-    from jtblas import torch_launch
-    from jtblas.model import resources
-
-    launched = []
-
-    def fake_launcher(operands, problem, config):
-        launched.append((problem, config))
-        return lambda i: None
-
-    monkeypatch.setattr(torch_launch, "kernel_launcher", fake_launcher)
-    fake_torch = types.SimpleNamespace(float32="f32", randn=lambda *shape, **kw: shape,
-                                       empty=lambda *shape, **kw: shape,
-                                       cuda=types.SimpleNamespace(synchronize=lambda: None))
-    run = measure.Calibration.__new__(measure.Calibration)
-    run.torch, run.base, run.measured = fake_torch, hardware.H100, {}
-    run.plan = measure.MeasurementPlan.make(quick=True)
-
-    def fake_time(launch, nbuf=1):
-        from jtblas.model import cost
-
-        problem, config = launched[-1]
-        return 2 * cost.estimate(config, problem, hardware.H100).predicted_seconds, "stub"
-
-    run._time = fake_time
+    run, launched = _stubbed_run(
+        monkeypatch, lambda problem, config: 2 * cost.estimate(config, problem, hardware.H100).predicted_seconds)
     run.narrow_copies()
     timed = run.measured["narrow_copies"]
     assert timed["config"] == measure.NARROW_COPY_CONFIG.short() and timed["m"] == 64
