@@ -61,8 +61,11 @@ TILE_COST_K = (128, 1024)
 # `Calibration.narrow_copies`: our pointer kernel on fp32 products whose B rows are 4-, 8- and
 # 16-byte aligned (N = 32001, 32002, 32004: an lm head over a vocabulary not a multiple of 4), each
 # timed against its prediction. B streams from DRAM (K · N · 4 bytes ≫ L2). 64x128x32 on 4 warps
-# issues 32 four-byte copies of B per thread per stage, under `MAX_NARROW_COPIES_PER_THREAD`.
+# issues 32 four-byte copies of B per thread per stage, under `MAX_NARROW_COPIES_PER_THREAD`; with
+# 3 and with 5 stages (1 and 3 stages of loads in flight): a time that drops with more in flight
+# is bound by copies in flight, one that does not by the rate copies issue at.
 NARROW_COPY_CONFIG = Config(block_m=64, block_n=128, block_k=32, num_warps=4, num_stages=3, group_m=1)
+NARROW_COPY_STAGES = (3, 5)
 NARROW_COPY_COLUMNS = (32001, 32002, 32004)
 
 
@@ -534,9 +537,9 @@ class Calibration:
         return self._time(launch)
 
     def narrow_copies(self) -> None:
-        """`NARROW_COPY_CONFIG` on fp32 products [64, K] x [K, N] for each N of
-        `NARROW_COPY_COLUMNS` (B's rows 4-, 8- and 16-byte aligned; K 4096, 1024 quick) against the
-        model's prediction on the built-in description. The model prices a 4- or 8-byte copy as
+        """`NARROW_COPY_CONFIG` with each of `NARROW_COPY_STAGES` on fp32 products [64, K] x [K, N]
+        for each N of `NARROW_COPY_COLUMNS` (B's rows 4-, 8- and 16-byte aligned; K 4096, 1024
+        quick) against the model's prediction on the built-in description. The model prices a 4- or 8-byte copy as
         its share of the load port, pipelined like a 16-byte one; on an H100 through JAX
         (2026-12-07) fp32 lm heads of 1-16 tokens over 32001 words ran 2.4x their prediction on
         tiles of 64 four-byte copies per thread (`benchmarks/results/2026-12-07-h100-program-start/`).
@@ -545,17 +548,18 @@ class Calibration:
         from jtblas.model import cost, resources
 
         m, k = 64, 1024 if self.plan.quick else 4096
-        config = NARROW_COPY_CONFIG
         rows = []
-        for n in NARROW_COPY_COLUMNS:
-            problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32")
-            seconds, method = self._time_product(problem, config)
-            predicted = cost.estimate(config, problem, self.base).predicted_seconds
-            width = int(resources.plain_load_bytes(problem, "b", config.block_k))
-            rows.append(dict(n=n, k=k, b_vector_bytes=width, seconds=seconds, predicted_seconds=predicted,
-                             measured_over_predicted=seconds / predicted,
-                             b_bytes_per_s=k * n * 4 / seconds, method=method))
-        self.measured["narrow_copies"] = dict(config=config.short(), m=m, rows=rows)
+        for stages in NARROW_COPY_STAGES:
+            config = dataclasses.replace(NARROW_COPY_CONFIG, num_stages=stages)
+            for n in NARROW_COPY_COLUMNS:
+                problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32")
+                seconds, method = self._time_product(problem, config)
+                predicted = cost.estimate(config, problem, self.base).predicted_seconds
+                width = int(resources.plain_load_bytes(problem, "b", config.block_k))
+                rows.append(dict(config=config.short(), n=n, k=k, b_vector_bytes=width, seconds=seconds,
+                                 predicted_seconds=predicted, measured_over_predicted=seconds / predicted,
+                                 b_bytes_per_s=k * n * 4 / seconds, method=method))
+        self.measured["narrow_copies"] = dict(m=m, rows=rows)
 
     def tile_cost(self) -> None:
         """What each further tile on an SM costs: `TILE_COST_CONFIG` (and its TMA twin on Hopper) on
@@ -668,4 +672,5 @@ def _check_triton_compiles() -> None:
 
 
 __all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NARROW_COPY_COLUMNS",
-           "NARROW_COPY_CONFIG", "NO_GPU", "SPLIT_SUM_SIZE", "SPLIT_SUM_SPLITS", "find_gpu", "latency_knee"]
+           "NARROW_COPY_CONFIG", "NARROW_COPY_STAGES", "NO_GPU", "SPLIT_SUM_SIZE", "SPLIT_SUM_SPLITS", "find_gpu",
+           "latency_knee"]

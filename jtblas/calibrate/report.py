@@ -53,7 +53,7 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     # Recorded only: B loaded 4, 8 or 16 bytes at a time, the time over the model's prediction.
     narrow = profile.get("measured", {}).get("narrow_copies", {})
     for timed in narrow.get("rows", []):
-        row(f"{timed['b_vector_bytes']}-byte copies of B, {narrow['config']} fp32 {narrow['m']}x{timed['n']}x"
+        row(f"{timed['b_vector_bytes']}-byte copies of B, {timed['config']} fp32 {narrow['m']}x{timed['n']}x"
             f"{timed['k']} (x predicted, recorded only)", timed["measured_over_predicted"], 1.0, 1.0)
     # Recorded only: each further tile per SM, measured against the model's prediction (µs).
     for timed in profile.get("measured", {}).get("tile_cost", []):

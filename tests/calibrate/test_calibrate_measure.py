@@ -1,6 +1,7 @@
 """`jtblas calibrate`'s measurement (`jtblas.calibrate.measure`) and command: the CLI without a
 GPU, the jax.jit launch probe on the CPU backend; on a GPU, `calibrate --quick` end to end."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -75,18 +76,21 @@ def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
 
 def test_narrow_copies_time_b_at_each_row_alignment_against_the_model(monkeypatch):
     """`Calibration.narrow_copies` without a GPU: launches stubbed, each timed at twice its
-    prediction; the step runs the fixed config on fp32 products whose B rows are 4-, 8- and 16-byte
-    aligned (as the model sees them) and records each time over its prediction."""
+    prediction; the step runs the fixed tile with 3 and with 5 stages on fp32 products whose B rows
+    are 4-, 8- and 16-byte aligned (as the model sees them) and records each time over its
+    prediction."""
     from jtblas.model import cost, resources
 
     run, launched = _stubbed_run(
         monkeypatch, lambda problem, config: 2 * cost.estimate(config, problem, hardware.H100).predicted_seconds)
     run.narrow_copies()
     timed = run.measured["narrow_copies"]
-    assert timed["config"] == measure.NARROW_COPY_CONFIG.short() and timed["m"] == 64
-    assert [row["b_vector_bytes"] for row in timed["rows"]] == [4, 8, 16]
-    for (problem, config), row in zip(launched, timed["rows"]):
-        assert config == measure.NARROW_COPY_CONFIG and problem.dtype == "float32"
+    assert timed["m"] == 64
+    assert [(row["config"], row["b_vector_bytes"]) for row in timed["rows"]] == [
+        (f"64x128x32 w4 s{stages} g1", width) for stages in (3, 5) for width in (4, 8, 16)]
+    for (problem, config), row in zip(launched, timed["rows"], strict=True):
+        assert config.short() == row["config"] and problem.dtype == "float32"
+        assert dataclasses.replace(config, num_stages=3) == measure.NARROW_COPY_CONFIG
         assert (problem.m, problem.n, problem.k) == (64, row["n"], 1024)
         assert resources.plain_load_bytes(problem, "b", config.block_k) == row["b_vector_bytes"]
         assert row["measured_over_predicted"] == pytest.approx(2.0)
@@ -191,7 +195,7 @@ def test_calibrate_quick_end_to_end(tmp_path):
     measured = profile["measured"]
     assert 0 < measured["l2_loaded_latency_seconds"] < measured["loaded_latency_seconds"]
     assert 0 <= measured["constants"]["program_start_seconds"] < 5e-6
-    assert [row["b_vector_bytes"] for row in measured["narrow_copies"]["rows"]] == [4, 8, 16]
+    assert [row["b_vector_bytes"] for row in measured["narrow_copies"]["rows"]] == [4, 8, 16] * 2
     assert f"wrote {out}" in result.stdout
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -33,9 +33,10 @@ def test_the_l2_latency_is_listed_against_the_one_latency_of_the_model():
 
 
 def test_narrow_copies_are_listed_over_their_prediction():
-    measured = {"narrow_copies": {"config": "64x128x32 w4 s3 g1", "m": 64, "rows": [
-        {"n": 32001, "k": 4096, "b_vector_bytes": 4, "measured_over_predicted": 2.4},
-        {"n": 32004, "k": 4096, "b_vector_bytes": 16, "measured_over_predicted": 1.05}]}}
+    measured = {"narrow_copies": {"m": 64, "rows": [
+        {"config": "64x128x32 w4 s3 g1", "n": 32001, "k": 4096, "b_vector_bytes": 4, "measured_over_predicted": 2.4},
+        {"config": "64x128x32 w4 s3 g1", "n": 32004, "k": 4096, "b_vector_bytes": 16,
+         "measured_over_predicted": 1.05}]}}
     profile = profiles.make(device="NVIDIA H100 80GB HBM3", driver="580.159.04", base="h100", hardware={},
                             measured=measured)
     rows = {row[0]: row[1:] for row in report.comparison_rows(profile)}
