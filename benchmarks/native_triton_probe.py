@@ -6,6 +6,14 @@ jax-triton's: does a step dispatched from Python stop paying host time per Trito
     python benchmarks/native_triton_probe.py --launch native -- --models gpt2-small \
         --param-dtypes bfloat16 --steps decode generate --rounds 2
 
+    python benchmarks/native_triton_probe.py --chain 768 48 1
+
+`--chain WIDTH LAYERS TOKENS` times one jitted step of LAYERS products [TOKENS, WIDTH] x [WIDTH,
+WIDTH], its input donated and its output fed back (a decode step's buffers move every call),
+dispatched from Python call after call: XLA's dot, jtblas through jax-triton and jtblas native,
+in one process, rounds in turn: per step, the slope of R and 2R dispatched calls; per product,
+the step's time beyond XLA's over LAYERS.
+
 The arguments after `--` go to `python -m jtblas.bench.model_steps` (Flax beside jtblas, steps
 timed by slope). `--launch jax-triton` runs it as it is. `--launch native` first replaces
 `jtblas.jax_triton_adapter.triton_call` in this process: each kernel is compiled by pip Triton
@@ -22,8 +30,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -129,13 +138,91 @@ def use_native_launches() -> None:
     jax_triton_adapter.triton_call = native_triton_call
 
 
+LAUNCHES = ("xla", "jax-triton", "native")
+
+
+def chain_lowered(launch: str, width: int, layers: int, tokens: int, dtype: Any = "bfloat16",
+                  lowering_platforms: tuple[str, ...] | None = None) -> Any:
+    """step(x, weights) -> x, lowered: `layers` products of x [tokens, width] by weights [layers,
+    width, width] (XLA's dot, or `jtblas.matmul` through jax-triton or native), x donated."""
+    import jax.numpy as jnp
+
+    import jtblas
+
+    def step(x, weights):
+        for i in range(layers):
+            x = jnp.dot(x, weights[i]) if launch == "xla" else jtblas.matmul(x, weights[i])
+        return x
+
+    x = jax.ShapeDtypeStruct((tokens, width), dtype)
+    weights = jax.ShapeDtypeStruct((layers, width, width), dtype)
+
+    def lower():
+        # jtblas's inner traces are cached by JAX (jax 0.12 reuses them across jits): each
+        # variant must trace its own launches.
+        jax.clear_caches()
+        return jax.jit(step, donate_argnums=0).trace(x, weights).lower(lowering_platforms=lowering_platforms)
+
+    if launch != "native":
+        return lower()
+    try:  # our launches are traced during lowering: only those go native
+        use_native_launches()
+        return lower()
+    finally:
+        jax_triton_adapter.triton_call = _original_triton_call
+
+
+def chain_step(launch: str, width: int, layers: int, tokens: int) -> Callable:
+    """`chain_lowered`, compiled for this machine."""
+    return chain_lowered(launch, width, layers, tokens).compile()
+
+
+def time_chain(width: int, layers: int, tokens: int, *, rounds: int = 3, repeats: int = 200) -> dict[str, float]:
+    """Seconds per step of each of `LAUNCHES`'s `chain_step`s, dispatched from Python R and 2R
+    times (each call's output the next one's input), rounds in turn; the median slope."""
+    import time
+
+    import jax.numpy as jnp
+
+    steps = {launch: chain_step(launch, width, layers, tokens) for launch in LAUNCHES}
+    keys = jax.random.split(jax.random.key(0), 2)
+    weights = jax.random.normal(keys[0], (layers, width, width), jnp.bfloat16) / width ** 0.5
+    samples: dict[str, list[float]] = {launch: [] for launch in LAUNCHES}
+    for _ in range(rounds):
+        for launch, step in steps.items():
+            times = []
+            for count in (repeats, 2 * repeats):
+                x = jax.random.normal(keys[1], (tokens, width), jnp.bfloat16)
+                jax.block_until_ready(step(x, weights))  # one warm call; x is donated
+                x = jax.random.normal(keys[1], (tokens, width), jnp.bfloat16)
+                start = time.perf_counter()
+                for _ in range(count):
+                    x = step(x, weights)
+                jax.block_until_ready(x)
+                times.append(time.perf_counter() - start)
+            samples[launch].append((times[1] - times[0]) / repeats)
+    return {launch: statistics.median(values) for launch, values in samples.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
     own = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--launch", choices=("native", "jax-triton"), required=True)
+    parser.add_argument("--launch", choices=("native", "jax-triton"), help="model steps with these launches")
+    parser.add_argument("--chain", nargs=3, type=int, metavar=("WIDTH", "LAYERS", "TOKENS"),
+                        help="time a chain of products dispatched from Python, each launch in turn")
     args = parser.parse_args(own)
+    if (args.launch is None) == (args.chain is None):
+        parser.error(f"give one of --launch and --chain, got --launch {args.launch} --chain {args.chain}")
+    if args.chain:
+        width, layers, tokens = args.chain
+        seconds = time_chain(width, layers, tokens)
+        for launch, value in seconds.items():
+            extra = (value - seconds["xla"]) / layers
+            print(f"{launch:10s} {value * 1e6:9.1f} µs a step of {layers} products [{tokens}, {width}] x "
+                  f"[{width}, {width}]; {extra * 1e6:+.2f} µs a product against XLA's")
+        return 0
     if args.launch == "native":
         use_native_launches()
     return model_steps.main(rest)

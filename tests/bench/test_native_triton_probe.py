@@ -11,7 +11,7 @@ import jtblas
 from jtblas import jax_triton_adapter, launch_specs
 from jtblas.config import Config, Problem
 from jtblas.kernels.matmul import matmul_kernel
-from tests.reference import load_script, lower_for_cuda
+from tests.reference import load_script, lower_for_cuda, require_jax_triton
 
 CONFIG = Config.from_short("64x64x32 w4 s3 g8")
 
@@ -41,6 +41,7 @@ def test_the_kernel_ir_takes_only_its_pointers(probe):
 
 def test_matmul_lowers_to_xla_triton_calls(probe, monkeypatch):
     monkeypatch.setattr(jax_triton_adapter, "triton_call", probe.native_triton_call)
+    jax.clear_caches()  # no trace of these products through jax-triton is reused (jax 0.12 would)
     a = jax.ShapeDtypeStruct((100, 96), jnp.bfloat16)
     b = jax.ShapeDtypeStruct((96, 80), jnp.bfloat16)
     text = lower_for_cuda(lambda a, b: jtblas.matmul(a, b, config=CONFIG), a, b)
@@ -65,3 +66,40 @@ def test_global_scratch_stays_on_jax_triton(probe, monkeypatch):
                                    compute_capability=90, metaparams={}, zeroed_outputs=(),
                                    global_scratch=(128, 64))
     assert out == ["out"] and calls[0]["global_scratch"] == (128, 64)
+
+
+def test_the_native_chain_lowers_to_xla_triton_calls_after_a_jax_triton_one(probe):
+    """Each variant traces its own launches: the native chain lowered after the jax-triton one
+    (same function, shapes and configs) carries XLA's Triton call for every product, not a
+    trace the first left behind."""
+    from jtblas import launch
+
+    require_jax_triton()
+    with launch.forced_backend("cuda", compute_capability=90):
+        texts = {name: probe.chain_lowered(name, 64, 3, 1, lowering_platforms=("cuda",)).as_text()
+                 for name in ("jax-triton", "native")}
+    assert texts["native"].count(probe.TARGET) == 3 and "triton_kernel_call" not in texts["native"]
+    assert probe.TARGET not in texts["jax-triton"] and "triton_kernel_call" in texts["jax-triton"]
+
+
+def test_the_chain_runs_each_launch(probe):
+    """`--chain`'s three steps compute the same chain (on the CPU every launch runs Triton's
+    interpreter, so this checks the plumbing, not the custom call) and are timed in turn."""
+    import numpy as np
+
+    x = jax.random.normal(jax.random.key(1), (1, 32), jnp.bfloat16)
+    weights = jax.random.normal(jax.random.key(2), (2, 32, 32), jnp.bfloat16) / 32 ** 0.5
+    results = {launch: np.asarray(probe.chain_step(launch, 32, 2, 1)(x.copy(), weights), np.float32)
+               for launch in probe.LAUNCHES}
+    for launch in ("jax-triton", "native"):
+        assert np.linalg.norm(results[launch] - results["xla"]) <= 2e-2 * np.linalg.norm(results["xla"])
+    seconds = probe.time_chain(32, 2, 1, rounds=1, repeats=2)
+    assert list(seconds) == list(probe.LAUNCHES) and all(np.isfinite(list(seconds.values())))
+
+
+@pytest.mark.parametrize("argv", [[], ["--launch", "native", "--chain", "768", "48", "1"]])
+def test_one_mode_is_asked_for(probe, argv, capsys):
+    with pytest.raises(SystemExit) as raised:
+        probe.main(argv)
+    assert raised.value.code == 2
+    assert "give one of --launch and --chain" in capsys.readouterr().err
