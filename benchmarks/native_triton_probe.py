@@ -177,6 +177,20 @@ def chain_step(launch: str, width: int, layers: int, tokens: int) -> Callable:
     return chain_lowered(launch, width, layers, tokens).compile()
 
 
+def chain_agreement(width: int, layers: int, tokens: int) -> dict[str, float]:
+    """Each jtblas launch's chain result against XLA's on one seeded input: the relative norm of
+    the difference (bf16 products: ~1e-2 is agreement, ~1 a wrong kernel)."""
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.key(1), 2)
+    weights = jax.random.normal(keys[0], (layers, width, width), jnp.bfloat16) / width ** 0.5
+    results = {launch: np.asarray(chain_step(launch, width, layers, tokens)(
+        jax.random.normal(keys[1], (tokens, width), jnp.bfloat16), weights), np.float64) for launch in LAUNCHES}
+    reference = results.pop("xla")
+    return {launch: float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
+            for launch, result in results.items()}
+
+
 def time_chain(width: int, layers: int, tokens: int, *, rounds: int = 3, repeats: int = 200) -> dict[str, float]:
     """Seconds per step of each of `LAUNCHES`'s `chain_step`s, dispatched from Python R and 2R
     times (each call's output the next one's input), rounds in turn; the median slope."""
@@ -217,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"give one of --launch and --chain, got --launch {args.launch} --chain {args.chain}")
     if args.chain:
         width, layers, tokens = args.chain
+        for launch, difference in chain_agreement(width, layers, tokens).items():
+            print(f"{launch:10s} result against XLA's: relative difference {difference:.1e}")
         seconds = time_chain(width, layers, tokens)
         for launch, value in seconds.items():
             extra = (value - seconds["xla"]) / layers

@@ -93,6 +93,8 @@ def test_the_chain_runs_each_launch(probe):
                for launch in probe.LAUNCHES}
     for launch in ("jax-triton", "native"):
         assert np.linalg.norm(results[launch] - results["xla"]) <= 2e-2 * np.linalg.norm(results["xla"])
+    agreement = probe.chain_agreement(32, 2, 1)
+    assert list(agreement) == ["jax-triton", "native"] and max(agreement.values()) < 2e-2
     seconds = probe.time_chain(32, 2, 1, rounds=1, repeats=2)
     assert list(seconds) == list(probe.LAUNCHES) and all(np.isfinite(list(seconds.values())))
 
