@@ -253,7 +253,11 @@ def plain_load_bytes(problem: Problem, operand: str, block_k, full: int = VECTOR
     A row-major operand's rows start at multiples of its row stride; a K-contiguous one with a K
     tail (K not a multiple of block_k) loads no wider than K's bytes allow; an M- (N-) contiguous
     one wraps its tile offsets at M (N), or at its row stride where its rows are padded past it."""
-    whole, tail = _plain_load_widths(problem, operand, full)
+    return _width_by_k_tail(problem, block_k, *_plain_load_widths(problem, operand, full))
+
+
+def _width_by_k_tail(problem: Problem, block_k, whole: int, tail: int):
+    """`whole` where block_k divides K, else `tail` (element-wise on an array of block_k)."""
     if whole == tail:
         return np.full(np.shape(block_k), whole, dtype=np.int64)
     return np.where(problem.k % np.asarray(block_k) != 0, tail, whole)
@@ -300,7 +304,7 @@ def narrow_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_wa
         widths = _plain_load_widths(problem, operand, VECTOR_BYTES)
         if not any(MIN_ASYNC_COPY_BYTES <= width < VECTOR_BYTES for width in widths):
             continue  # 16-byte loads (or loads through registers) whatever block_k: nothing to count
-        width = plain_load_bytes(problem, operand, block_k)
+        width = _width_by_k_tail(problem, block_k, *widths)
         narrow = (MIN_ASYNC_COPY_BYTES <= width) & (width < VECTOR_BYTES)
         element = problem.a_bytes if operand == "a" else problem.b_bytes
         copies = copies + np.where(narrow, -(-(rows * block_k * element) // width) // (32 * num_warps), 0)
