@@ -55,7 +55,9 @@ def kernel_ir(kernel: Any, *, args: Sequence[Any], out_shapes: Sequence[jax.Shap
               metaparams: Mapping[str, Any], num_warps: int, num_stages: int, compute_capability: int) -> bytes:
     """Triton IR (MLIR bytecode, in the dialect jaxlib bundles) of `kernel` whose runtime
     arguments are `args` then one pointer per `out_shapes`: arrays become 16-byte aligned
-    pointers, Python scalars compile-time constants, `metaparams` the constexprs."""
+    pointers, Python scalars compile-time constants, `metaparams` the constexprs. A whole
+    `triton.compile` (Triton caches it on disk) of which only the TTIR is kept: XLA compiles it
+    again with its own Triton."""
     import triton
     from jax._src.interpreters import mlir
     from jax._src.lib import triton as jaxlib_triton
