@@ -455,8 +455,7 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
     # `resources.tma_errors` per config).
     twins = _with(plain.take(wgmma), tma=1)
     biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
-    smem = (_pipeline_bytes(twins.block_m, twins.block_n, twins.block_k, twins.num_stages, sizes)
-            + resources.tma_extra_bytes(twins.block_m, twins.block_n, twins.num_warps, out_bytes, epilogue))
+    smem = shared_memory_arrays(twins, sizes, out_bytes, epilogue)
     programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware, epilogue)
     keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
             & (32 * twins.num_warps <= 1024) & (programs >= 1))
@@ -479,14 +478,24 @@ def _pipeline_bytes(bm, bn, bk, stages, sizes: tuple[int, int, int, int]):
     return stages * (bm * a_bytes + bn * b_bytes) * bk + (bm * a_cast + bn * b_cast) * bk
 
 
+def shared_memory_arrays(candidates: Candidates, sizes: tuple[int, int, int, int], out_bytes: int,
+                         epilogue: tuple[bool, bool] = (False, False)) -> np.ndarray:
+    """`resources.shared_memory_bytes` of every candidate."""
+    bm, bn = candidates.block_m, candidates.block_n
+    pipeline = _pipeline_bytes(bm, bn, candidates.block_k, candidates.num_stages, sizes)
+    stored = np.where(candidates.split_k * candidates.k_phases > 1, resources.PARTIAL_BYTES, out_bytes)
+    return np.where(candidates.tma,
+                    pipeline + resources.tma_extra_bytes(bm, bn, candidates.num_warps, out_bytes, epilogue),
+                    np.maximum(pipeline, resources.epilogue_bytes(bm, bn, stored)))
+
+
 def programs_per_sm_arrays(candidates: Candidates, sizes: tuple[int, int, int, int], out_bytes: int,
                            hardware: Hardware, epilogue: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """`resources.programs_per_sm` of every candidate (at least 0), for operands of `sizes`
     (`resources.operand_sizes`), an output of `out_bytes` and an epilogue reading the operands
     `epilogue` names (`resources.epilogue_operands`)."""
     bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
-    smem = _pipeline_bytes(bm, bn, candidates.block_k, candidates.num_stages, sizes)
-    smem = np.where(candidates.tma, smem + resources.tma_extra_bytes(bm, bn, warps, out_bytes, epilogue), smem)
+    smem = shared_memory_arrays(candidates, sizes, out_bytes, epilogue)
     by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
     unit = resources.REGISTER_ALLOCATION_UNIT
     per_thread = -(-(bm * bn // (32 * warps) + resources.NON_ACCUMULATOR_REGISTERS) // unit) * unit
@@ -538,17 +547,18 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
         return _epilogue_fits(plain, problem, hardware)
     parts = [plain]
     if split_k_searched(problem, hardware):
-        parts.append(_split_arrays(plain, problem, hardware, low_s))
+        parts.append(_recounted(_split_arrays(plain, problem, hardware, low_s), sizes, out_bytes, hardware))
     # The K-phase twins (`Config.k_phases`) where an operand stored with its rows along K is not
     # 16-byte aligned row to row: each phase count that loads it 4 bytes or more at a time
     # (`resources.k_phase_counts`), with the stage range of a phase's shorter K loop.
     for phases in resources.k_phase_counts(problem):
         if workspace_fits(phases, problem, hardware):
             twins = _with(unphased, k_phases=phases)
-            parts.append(twins.take((twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1))
-                                    & (resources.phase_copies_per_thread(problem, phases, twins.block_m, twins.block_n,
-                                                                         twins.block_k, twins.num_warps)
-                                       <= resources.MAX_SHIFTED_COPIES_PER_THREAD)))
+            twins = twins.take((twins.num_stages <= np.maximum(low_s, program_k_steps_arrays(twins, problem) + 1))
+                               & (resources.phase_copies_per_thread(problem, phases, twins.block_m, twins.block_n,
+                                                                    twins.block_k, twins.num_warps)
+                                  <= resources.MAX_SHIFTED_COPIES_PER_THREAD))
+            parts.append(_recounted(twins, sizes, out_bytes, hardware))
     # The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs wgmma
     # instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8 warps.
     # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both
@@ -569,6 +579,18 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
         parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True,
                                             resources.epilogue_operands(problem))))
     return _epilogue_fits(parts[0] if len(parts) == 1 else _concatenate(parts), problem, hardware)
+
+
+def _recounted(twins: Candidates, sizes: tuple[int, int, int, int], out_bytes: int, hardware: Hardware) -> Candidates:
+    """Split or K-phase twins of plain candidates with their own programs per SM (they store fp32
+    partials, whose conversion may take more shared memory: `resources.shared_memory_bytes`),
+    those that fit."""
+    smem = shared_memory_arrays(twins, sizes, out_bytes)
+    programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware)
+    keep = (programs >= 1) & (smem <= hardware.smem_per_block)
+    found = twins.take(keep)
+    found.table[ROWS.index("programs_per_sm")] = programs[keep]
+    return found
 
 
 def _epilogue_fits(found: Candidates, problem: Problem, hardware: Hardware) -> Candidates:

@@ -21,15 +21,18 @@ TMA_EPILOGUE_SCRATCH_BYTES = 4
 
 
 def shared_memory_bytes(config: Config, problem: Problem) -> int:
-    """Shared memory of one program (bytes): the pipelined A and B tiles, plus for the TMA kernel
-    the staging buffer of its C stores.
+    """Shared memory of one program (bytes): the pipelined A and B tiles, the pointer kernel's
+    epilogue conversion where it takes more, and for the TMA kernel the staging buffer of its C
+    stores.
 
-    Triton's pipeliner keeps `num_stages` buffers of A (block_m × block_k) and B (block_k × block_n)
-    in flight (operands in their own dtype, plus one converted tile of an operand stored in another
-    dtype than the compute dtype, `operand_sizes`); the pointer kernel's epilogue reuses that space, the
-    TMA kernel's stores go through a block_m × (block_n or block_n / 2, `store_halves`) buffer of
-    their own (Triton 3.6 for sm_90: 128x256x64, 3 stages, bf16: 147,456 + 32,768 bytes, plus 24
-    of barriers). The TMA kernel's epilogue cannot reuse the pipeline's buffers either (they stay
+    Triton's pipeliner keeps `num_stages` buffers of A (block_m × block_k) and B (block_k ×
+    block_n) in flight (operands in their own dtype, plus one converted tile of an operand stored
+    in another dtype than the compute dtype, `operand_sizes`). The pointer kernel's epilogue
+    converts the fp32 accumulator to the store's layout through shared memory the pipeline no
+    longer uses, at most the whole C tile in the stored dtype (`epilogue_bytes`). The TMA kernel's
+    stores go through a block_m × (block_n or block_n / 2, `store_halves`) buffer of their own
+    (Triton 3.6 for sm_90: 128x256x64, 3 stages, bf16: 147,456 + 32,768 bytes, plus 24 of
+    barriers). The TMA kernel's epilogue cannot reuse the pipeline's buffers either (they stay
     live across its flattened tile loop): Triton converts the bias row and the residual tile, loaded
     through pointers, to the accumulator's layout through scratch of their own, counted here at
     block_n × 4 and block_m × block_n × 4 bytes (the most Triton 3.6 took for sm_90 over eight tiles
@@ -39,9 +42,23 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     pipeline = (config.num_stages * (config.block_m * a_bytes + config.block_n * b_bytes) * config.block_k
                 + (config.block_m * a_cast + config.block_n * b_cast) * config.block_k)
     if not config.tma:
-        return pipeline
+        return max(pipeline, epilogue_bytes(config.block_m, config.block_n, stored_bytes(config, problem)))
     return pipeline + tma_extra_bytes(config.block_m, config.block_n, config.num_warps, problem.out_bytes,
                                       epilogue_operands(problem))
+
+
+def stored_bytes(config: Config, problem: Problem) -> int:
+    """Bytes of each element the kernel stores: fp32 partials where K is split or phased, else C's."""
+    return PARTIAL_BYTES if config.k_slices > 1 else problem.out_bytes
+
+
+def epilogue_bytes(block_m, block_n, stored):
+    """Shared memory the pointer kernel's epilogue may take converting its accumulator to the
+    store's layout (ints or arrays): the whole C tile in the stored dtype, an upper bound. Triton
+    3.6 for sm_90 (CPU, 2026-12-07) took exactly that for fp32 stores of 64x256 (4 and 8 warps),
+    128x128, 256x64 (8 warps) and 128x256 tiles, and less than the pipeline for 128x128 and 256x64
+    on 4 warps and 256x128 on 8."""
+    return block_m * block_n * stored
 
 
 def epilogue_operands(problem: Problem) -> tuple[bool, bool]:
@@ -158,7 +175,7 @@ def fit_errors(config: Config, problem: Problem, hardware: Hardware) -> list[str
     errors = []
     smem = shared_memory_bytes(config, problem)
     if smem > hardware.smem_per_block:
-        staging = " + the TMA store's staging" if config.tma else ""
+        staging = " + the TMA store's staging" if config.tma else ", or the epilogue's C tile if more"
         errors.append(
             f"shared memory {smem} bytes (num_stages={config.num_stages} x "
             f"({config.block_m} x {problem.a_bytes} B + {config.block_n} x {problem.b_bytes} B) x {config.block_k}"

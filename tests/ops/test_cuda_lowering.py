@@ -79,9 +79,9 @@ def test_model_picks_for_every_benchmark_shape_compile_for_sm90():
 
 
 def _compiled(config, problem, capability):
-    """Our kernel compiled for `capability` as jax-triton calls it: the launch's metaparameters,
-    unit strides constant, integers that are multiples of 16 specialised as such; C is the fp32
-    partials' workspace where K is split or phased."""
+    """Our kernel compiled for `capability` as jax-triton calls it: pointers of the problem's
+    dtypes, the launch's metaparameters, unit strides constant, integers that are multiples of 16
+    specialised as such; C is the fp32 partials' workspace where K is split or phased."""
     from jtblas.kernels.matmul import matmul_kernel
     from jtblas.launch_specs import launch_spec
 
@@ -89,8 +89,11 @@ def _compiled(config, problem, capability):
     scalar_names = [n for n in matmul_kernel.arg_names if not n.endswith("_ptr") and n not in spec.metaparams]
     scalars = dict(zip(scalar_names, spec.scalars))
     metaparams = {**spec.metaparams, **{n: 1 for n, value in scalars.items() if value == 1}}
+    pointer = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
+    pointer_types = {"a_ptr": pointer[problem.a_dtype or problem.dtype], "b_ptr": pointer[problem.b_dtype or problem.dtype],
+                     "c_ptr": "*fp32" if config.k_slices > 1 else pointer[problem.out_dtype]}
     return compile_for_sm90(matmul_kernel, metaparams, num_warps=config.num_warps, num_stages=config.num_stages,
-                            pointer_types={"c_ptr": "*fp32"} if config.k_slices > 1 else None,
+                            pointer_types=pointer_types,
                             divisible=tuple(n for n, value in scalars.items() if value > 1 and value % 16 == 0),
                             capability=capability)
 
@@ -121,7 +124,9 @@ def test_pointer_kernel_tiles_take_no_more_shared_memory_than_counted():
     """Each pointer-kernel tile shape the model offers for fused layers on the H100 (at its fewest
     stages, where the pipeline leaves the epilogue the least room), compiled for sm_90 with a bias,
     an activation and a residual, takes no more shared memory than `resources.shared_memory_bytes`
-    counts: its epilogue reuses the pipeline's buffers. An undercount is a launch that fails."""
+    counts: its epilogue reuses the pipeline's buffers, and where converting an fp32 C takes more
+    (64x256 and 128x128 tiles on 8 warps: the whole C tile) that is counted. An undercount is a
+    launch that fails or a wrong occupancy."""
     from jtblas import model
     from jtblas.config import Problem
 
