@@ -304,8 +304,8 @@ def _plain_load_widths(problem: Problem, operand: str, full: int) -> tuple[int, 
 # `MAX_SHIFTED_COPIES_PER_THREAD`). sm_90a, `ptxas -v` on our Triton 3.6 kernels (2026-12-07): no
 # tile of 64 four-byte copies per thread or fewer spilled (fp32 1x50257x1024, 16x128x32 w2: 64);
 # above, 72 (bf16 6x4858x12954, 16x128x128 w4 s4) spilled 180 bytes with a split and none
-# without, 144 (w2 s3) 2,100, 256 and 288 (fp32 lm heads) 11,920 and 1,030, while 128 and 160
-# copies of K-contiguous fp32 operands (a row's copies share its address) spilled nothing. Triton
+# without, 144 (w2 s3) 2,100; fp32 lm heads on 16x128x64 and 16x256x64 w2 s3, 128 and 256 copies
+# (1x32001x4096), 1,192 and 8,476 bytes, 272 (16x4096x32001 NT) 4,980. Triton
 # 3.9 spills that 64-copy tile 8 bytes and the 72-copy ones 188-192. On an H100 through JAX the
 # 144-copy tile ran 6x4858x12954 in 301 µs split 6 and 890 split 2, predicted 47 and 68.
 MAX_NARROW_COPIES_PER_THREAD = 64
