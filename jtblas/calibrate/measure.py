@@ -67,6 +67,12 @@ TILE_COST_K = (128, 1024)
 NARROW_COPY_CONFIG = Config(block_m=64, block_n=128, block_k=32, num_warps=4, num_stages=3, group_m=1)
 NARROW_COPY_STAGES = (3, 5)
 NARROW_COPY_COLUMNS = (32001, 32002, 32004)
+# Then two contrasts on the 16-byte-aligned rows (N 32004), 3 stages: B stored [N, K], and a
+# 32-row tile (mma.sync). Compiled for sm_90a, the 64-row tile runs tf32 wgmma, which reads both
+# operands K-major from shared memory, so it copies a [K, N] B one element (4 bytes) per
+# cp.async whatever the rows' alignment; B stored [N, K], or the mma.sync tile, copy 16 bytes at a
+# time (docs/model.md, "Four-byte copies of a streamed B"). (B stored [N, K], config) per contrast.
+NARROW_COPY_CONTRASTS = ((True, NARROW_COPY_CONFIG), (False, dataclasses.replace(NARROW_COPY_CONFIG, block_m=32)))
 
 
 def latency_knee(rows: list[dict]) -> dict:
@@ -521,15 +527,16 @@ class Calibration:
         self.measured["split_sum"] = rows
 
     def _time_product(self, problem, config: Config) -> tuple[float, str]:
-        """(seconds, method) of our kernel on fresh random operands of `problem` (A [M, K], B [K, N]
-        as stored, in its dtype) with `config`, launched as `jtblas.matmul` launches it."""
+        """(seconds, method) of our kernel on fresh random operands of `problem` (A [M, K] or
+        [K, M], B [K, N] or [N, K], as its transposes say, in its dtype) with `config`, launched
+        as `jtblas.matmul` launches it."""
         from jtblas.torch_launch import LaunchOperands, kernel_launcher
 
         torch = self.torch
         dtype = getattr(torch, problem.dtype)
         m, n, k = problem.m, problem.n, problem.k
-        operands = LaunchOperands(a=[torch.randn(m, k, device="cuda", dtype=dtype)],
-                                  b=[torch.randn(k, n, device="cuda", dtype=dtype)],
+        operands = LaunchOperands(a=[torch.randn(*((k, m) if problem.transpose_a else (m, k)), device="cuda", dtype=dtype)],
+                                  b=[torch.randn(*((n, k) if problem.transpose_b else (k, n)), device="cuda", dtype=dtype)],
                                   c=[torch.empty(m, n, device="cuda", dtype=dtype)], torch=torch)
         launch = kernel_launcher(operands, problem, config)
         launch(0)  # compiles
@@ -539,27 +546,36 @@ class Calibration:
     def narrow_copies(self) -> None:
         """`NARROW_COPY_CONFIG` with each of `NARROW_COPY_STAGES` on fp32 products [64, K] x [K, N]
         for each N of `NARROW_COPY_COLUMNS` (B's rows 4-, 8- and 16-byte aligned; K 4096, 1024
-        quick) against the model's prediction on the built-in description. The model prices a 4- or 8-byte copy as
-        its share of the load port, pipelined like a 16-byte one; on an H100 through JAX
-        (2026-12-07) fp32 lm heads of 1-16 tokens over 32001 words ran 2.4x their prediction on
-        tiles of 64 four-byte copies per thread (`benchmarks/results/2026-12-07-h100-program-start/`).
-        Recorded only."""
+        quick), then `NARROW_COPY_CONTRASTS`, each against the model's prediction on the built-in
+        description. The model prices a 4- or 8-byte copy as its share of the load port, pipelined
+        like a 16-byte one; on an H100 through JAX (2026-12-07) fp32 lm heads of 1-16 tokens over
+        32001 words ran 2.4x their prediction on tiles of 64 four-byte copies per thread
+        (`benchmarks/results/2026-12-07-h100-program-start/`), and this step's rows 1.3-2.8x, the
+        16-byte-aligned ones 2.1x (`benchmarks/results/2026-12-07-h100-whole-corpus/`). Recorded
+        only."""
         from jtblas.config import Problem
-        from jtblas.model import cost, resources
 
         m, k = 64, 1024 if self.plan.quick else 4096
+        runs = [(dataclasses.replace(NARROW_COPY_CONFIG, num_stages=stages), n, False)
+                for stages in NARROW_COPY_STAGES for n in NARROW_COPY_COLUMNS]
+        runs += [(config, NARROW_COPY_COLUMNS[-1], transpose_b) for transpose_b, config in NARROW_COPY_CONTRASTS]
         rows = []
-        for stages in NARROW_COPY_STAGES:
-            config = dataclasses.replace(NARROW_COPY_CONFIG, num_stages=stages)
-            for n in NARROW_COPY_COLUMNS:
-                problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32")
-                seconds, method = self._time_product(problem, config)
-                predicted = cost.estimate(config, problem, self.base).predicted_seconds
-                width = int(resources.plain_load_bytes(problem, "b", config.block_k))
-                rows.append(dict(config=config.short(), n=n, k=k, b_vector_bytes=width, seconds=seconds,
-                                 predicted_seconds=predicted, measured_over_predicted=seconds / predicted,
-                                 b_bytes_per_s=k * n * 4 / seconds, method=method))
+        for config, n, transpose_b in runs:
+            problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32", transpose_b=transpose_b)
+            rows.append(self._narrow_copy_row(problem, config))
         self.measured["narrow_copies"] = dict(m=m, rows=rows)
+
+    def _narrow_copy_row(self, problem, config: Config) -> dict:
+        """One `narrow_copies` row: `problem` with `config`, timed, against the model."""
+        from jtblas.model import cost, resources
+
+        seconds, method = self._time_product(problem, config)
+        predicted = cost.estimate(config, problem, self.base).predicted_seconds
+        return dict(config=config.short(), n=problem.n, k=problem.k, b_layout="[N, K]" if problem.transpose_b else "[K, N]",
+                    mma="wgmma" if resources.uses_wgmma(config, problem, self.base) else "mma.sync",
+                    b_vector_bytes=int(resources.plain_load_bytes(problem, "b", config.block_k)), seconds=seconds,
+                    predicted_seconds=predicted, measured_over_predicted=seconds / predicted,
+                    b_bytes_per_s=problem.k * problem.n * 4 / seconds, method=method)
 
     def tile_cost(self) -> None:
         """What each further tile on an SM costs: `TILE_COST_CONFIG` (and its TMA twin on Hopper) on

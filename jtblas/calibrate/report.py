@@ -50,11 +50,14 @@ def comparison_rows(profile: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     for timed in profile.get("measured", {}).get("split_sum", []):
         row(f"split-K sum of {timed['splits']} partials (x predicted, recorded only)",
             timed["measured_over_predicted"], 1.0, 1.0)
-    # Recorded only: B loaded 4, 8 or 16 bytes at a time, the time over the model's prediction.
+    # Recorded only: B's rows 4-, 8- or 16-byte aligned (as the model sees its copies), stored
+    # [K, N] or [N, K], the time over the model's prediction.
     narrow = profile.get("measured", {}).get("narrow_copies", {})
     for timed in narrow.get("rows", []):
-        row(f"{timed['b_vector_bytes']}-byte copies of B, {timed['config']} fp32 {narrow['m']}x{timed['n']}x"
-            f"{timed['k']} (x predicted, recorded only)", timed["measured_over_predicted"], 1.0, 1.0)
+        how = f"{timed['b_vector_bytes']}-byte copies of B {timed.get('b_layout', '[K, N]')}"
+        mma = f" {timed['mma']}" if "mma" in timed else ""
+        row(f"{how}, {timed['config']}{mma} fp32 {narrow['m']}x{timed['n']}x{timed['k']} (x predicted, recorded only)",
+            timed["measured_over_predicted"], 1.0, 1.0)
     # Recorded only: each further tile per SM, measured against the model's prediction (µs).
     for timed in profile.get("measured", {}).get("tile_cost", []):
         row(f"time per further tile, {timed['config']}, K {timed['k']} (µs, recorded only)",

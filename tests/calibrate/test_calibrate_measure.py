@@ -77,8 +77,8 @@ def test_tile_cost_records_each_further_tile_against_the_model(monkeypatch):
 def test_narrow_copies_time_b_at_each_row_alignment_against_the_model(monkeypatch):
     """`Calibration.narrow_copies` without a GPU: launches stubbed, each timed at twice its
     prediction; the step runs the fixed tile with 3 and with 5 stages on fp32 products whose B rows
-    are 4-, 8- and 16-byte aligned (as the model sees them) and records each time over its
-    prediction."""
+    are 4-, 8- and 16-byte aligned (as the model sees them), then its two contrasts on the aligned
+    rows (B stored [N, K]; a 32-row mma.sync tile), and records each time over its prediction."""
     from jtblas.model import cost, resources
 
     run, launched = _stubbed_run(
@@ -86,12 +86,13 @@ def test_narrow_copies_time_b_at_each_row_alignment_against_the_model(monkeypatc
     run.narrow_copies()
     timed = run.measured["narrow_copies"]
     assert timed["m"] == 64
-    assert [(row["config"], row["b_vector_bytes"]) for row in timed["rows"]] == [
-        (f"64x128x32 w4 s{stages} g1", width) for stages in (3, 5) for width in (4, 8, 16)]
+    assert [(row["config"], row["b_vector_bytes"], row["b_layout"], row["mma"]) for row in timed["rows"]] == [
+        (f"64x128x32 w4 s{stages} g1", width, "[K, N]", "wgmma") for stages in (3, 5) for width in (4, 8, 16)] + [
+        ("64x128x32 w4 s3 g1", 16, "[N, K]", "wgmma"), ("32x128x32 w4 s3 g1", 16, "[K, N]", "mma.sync")]
     for (problem, config), row in zip(launched, timed["rows"], strict=True):
         assert config.short() == row["config"] and problem.dtype == "float32"
-        assert dataclasses.replace(config, num_stages=3) == measure.NARROW_COPY_CONFIG
-        assert (problem.m, problem.n, problem.k) == (64, row["n"], 1024)
+        assert dataclasses.replace(config, num_stages=3, block_m=64) == measure.NARROW_COPY_CONFIG
+        assert (problem.m, problem.n, problem.k, problem.transpose_b) == (64, row["n"], 1024, row["b_layout"] == "[N, K]")
         assert resources.plain_load_bytes(problem, "b", config.block_k) == row["b_vector_bytes"]
         assert row["measured_over_predicted"] == pytest.approx(2.0)
     # Under the narrow-copies limit: the tile is one the model can pick.
@@ -195,7 +196,7 @@ def test_calibrate_quick_end_to_end(tmp_path):
     measured = profile["measured"]
     assert 0 < measured["l2_loaded_latency_seconds"] < measured["loaded_latency_seconds"]
     assert 0 <= measured["constants"]["program_start_seconds"] < 5e-6
-    assert [row["b_vector_bytes"] for row in measured["narrow_copies"]["rows"]] == [4, 8, 16] * 2
+    assert [row["b_vector_bytes"] for row in measured["narrow_copies"]["rows"]] == [4, 8, 16] * 2 + [16, 16]
     assert f"wrote {out}" in result.stdout
     with warnings.catch_warnings():
         warnings.simplefilter("error")

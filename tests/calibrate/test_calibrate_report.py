@@ -34,12 +34,16 @@ def test_the_l2_latency_is_listed_against_the_one_latency_of_the_model():
 
 def test_narrow_copies_are_listed_over_their_prediction():
     measured = {"narrow_copies": {"m": 64, "rows": [
-        {"config": "64x128x32 w4 s3 g1", "n": 32001, "k": 4096, "b_vector_bytes": 4, "measured_over_predicted": 2.4},
-        {"config": "64x128x32 w4 s3 g1", "n": 32004, "k": 4096, "b_vector_bytes": 16,
-         "measured_over_predicted": 1.05}]}}
+        {"config": "64x128x32 w4 s3 g1", "n": 32001, "k": 4096, "b_vector_bytes": 4, "b_layout": "[K, N]",
+         "mma": "wgmma", "measured_over_predicted": 2.4},
+        {"config": "64x128x32 w4 s3 g1", "n": 32004, "k": 4096, "b_vector_bytes": 16, "b_layout": "[N, K]",
+         "mma": "wgmma", "measured_over_predicted": 1.05},
+        # A profile written before rows said their layout and MMA: B [K, N], nothing more said.
+        {"config": "64x128x32 w4 s5 g1", "n": 32002, "k": 4096, "b_vector_bytes": 8, "measured_over_predicted": 1.3}]}}
     profile = profiles.make(device="NVIDIA H100 80GB HBM3", driver="580.159.04", base="h100", hardware={},
                             measured=measured)
     rows = {row[0]: row[1:] for row in report.comparison_rows(profile)}
-    label = "{}-byte copies of B, 64x128x32 w4 s3 g1 fp32 64x{}x4096 (x predicted, recorded only)"
-    assert rows[label.format(4, 32001)] == ("2.40", "1.00", "2.40")
-    assert rows[label.format(16, 32004)] == ("1.05", "1.00", "1.05")
+    label = "{}-byte copies of B {}, 64x128x32 w4 s{} g1{} fp32 64x{}x4096 (x predicted, recorded only)"
+    assert rows[label.format(4, "[K, N]", 3, " wgmma", 32001)] == ("2.40", "1.00", "2.40")
+    assert rows[label.format(16, "[N, K]", 3, " wgmma", 32004)] == ("1.05", "1.00", "1.05")
+    assert rows[label.format(8, "[K, N]", 5, "", 32002)] == ("1.30", "1.00", "1.30")

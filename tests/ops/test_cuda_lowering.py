@@ -146,6 +146,30 @@ def test_pointer_kernel_tiles_take_no_more_shared_memory_than_counted():
         assert compiled.metadata.shared <= resources.shared_memory_bytes(config, problem) + 64, config.short()
 
 
+def test_an_fp32_b_stored_k_by_n_is_copied_one_element_at_a_time_on_wgmma_tiles(tmp_path, monkeypatch):
+    """The compiler fact calibrate's narrow-copies contrasts (`measure.NARROW_COPY_CONTRASTS`)
+    stand on (sm_90a, no GPU): tf32 wgmma reads its operands K-major from shared memory, so the
+    64-row tile copies an fp32 B stored [K, N] with 16-byte-aligned rows 4 bytes per `cp.async.ca`;
+    the same tile with B stored [N, K], and a 32-row mma.sync tile with B [K, N], copy B 16 bytes
+    per `cp.async.cg` and nothing narrower. (The model takes the width from the rows' alignment,
+    16 bytes for all three: docs/model.md, "Four-byte copies of a streamed B".)"""
+    import re
+
+    from jtblas.calibrate import measure
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+
+    def copy_widths(config, transpose_b):
+        problem = jtblas.Problem(m=64, n=32004, k=4096, dtype="float32", out_dtype="float32", transpose_b=transpose_b)
+        assert resources.plain_load_bytes(problem, "b", config.block_k) == 16
+        ptx = _compiled(config, problem, 90).asm["ptx"]
+        return {int(width, 16) for width in re.findall(r"cp\.async\.c[ag]\.shared\.global[^,]*,[^,]*,\s*0x(\w+)", ptx)}
+
+    assert copy_widths(measure.NARROW_COPY_CONFIG, False) == {4, 16}  # B element-wise, A 16 bytes
+    for transpose_b, config in measure.NARROW_COPY_CONTRASTS:
+        assert copy_widths(config, transpose_b) == {16}, config
+
+
 def test_shifted_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
     """`resources.MAX_SHIFTED_COPIES_PER_THREAD`, against the compiler (sm_90a, no GPU): the
     1x50257x1280 lm head's 16x256x64 2-warp tile with 2 K phases (4-byte copies, 128 per thread
