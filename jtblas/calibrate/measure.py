@@ -535,8 +535,10 @@ class Calibration:
         torch = self.torch
         dtype = getattr(torch, problem.dtype)
         m, n, k = problem.m, problem.n, problem.k
-        operands = LaunchOperands(a=[torch.randn(*((k, m) if problem.transpose_a else (m, k)), device="cuda", dtype=dtype)],
-                                  b=[torch.randn(*((n, k) if problem.transpose_b else (k, n)), device="cuda", dtype=dtype)],
+        a_shape = (k, m) if problem.transpose_a else (m, k)
+        b_shape = (n, k) if problem.transpose_b else (k, n)
+        operands = LaunchOperands(a=[torch.randn(*a_shape, device="cuda", dtype=dtype)],
+                                  b=[torch.randn(*b_shape, device="cuda", dtype=dtype)],
                                   c=[torch.empty(m, n, device="cuda", dtype=dtype)], torch=torch)
         launch = kernel_launcher(operands, problem, config)
         launch(0)  # compiles
@@ -571,7 +573,8 @@ class Calibration:
 
         seconds, method = self._time_product(problem, config)
         predicted = cost.estimate(config, problem, self.base).predicted_seconds
-        return dict(config=config.short(), n=problem.n, k=problem.k, b_layout="[N, K]" if problem.transpose_b else "[K, N]",
+        return dict(config=config.short(), n=problem.n, k=problem.k,
+                    b_layout="[N, K]" if problem.transpose_b else "[K, N]",
                     mma="wgmma" if resources.uses_wgmma(config, problem, self.base) else "mma.sync",
                     b_vector_bytes=int(resources.plain_load_bytes(problem, "b", config.block_k)), seconds=seconds,
                     predicted_seconds=predicted, measured_over_predicted=seconds / predicted,

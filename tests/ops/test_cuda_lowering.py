@@ -90,7 +90,8 @@ def _compiled(config, problem, capability):
     scalars = dict(zip(scalar_names, spec.scalars))
     metaparams = {**spec.metaparams, **{n: 1 for n, value in scalars.items() if value == 1}}
     pointer = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
-    pointer_types = {"a_ptr": pointer[problem.a_dtype or problem.dtype], "b_ptr": pointer[problem.b_dtype or problem.dtype],
+    pointer_types = {"a_ptr": pointer[problem.a_dtype or problem.dtype],
+                     "b_ptr": pointer[problem.b_dtype or problem.dtype],
                      "c_ptr": "*fp32" if config.k_slices > 1 else pointer[problem.out_dtype]}
     return compile_for_sm90(matmul_kernel, metaparams, num_warps=config.num_warps, num_stages=config.num_stages,
                             pointer_types=pointer_types,
