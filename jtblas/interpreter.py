@@ -92,10 +92,21 @@ mlir.register_lowering(_interpreted_call_p, _interpreted_call_lowering)
 batching.primitive_batchers[_interpreted_call_p] = _interpreted_call_batching
 
 
+# Zeros after each operand's last element, this many: a K-phase tile's shifted loads read up to
+# VECTOR − 1 elements past a row, inside the 16-byte block that holds its last element, into lanes
+# that are never stored (`matmul_kernel`); on a GPU that memory is the operand allocation's. Past
+# a NumPy array it is whatever the heap holds (inf or NaN at times: the result is the same, but
+# NumPy warns of the overflow and runs differ), so the interpreter's operands end in these.
+OPERAND_TAIL_ELEMENTS = 16
+
+
 def _interpreter_operand(array: np.ndarray) -> np.ndarray:
-    if array.dtype == jnp.bfloat16:
-        return array.astype(np.float32)
-    return np.ascontiguousarray(array)
+    """`array` as the interpreted kernel reads it: C-contiguous, bf16 as fp32, followed in memory
+    by `OPERAND_TAIL_ELEMENTS` zeros."""
+    dtype = np.float32 if array.dtype == jnp.bfloat16 else array.dtype
+    buffer = np.zeros(array.size + OPERAND_TAIL_ELEMENTS, dtype)
+    buffer[:array.size] = array.reshape(-1)
+    return buffer[:array.size].reshape(array.shape)
 
 
 _language_lock = threading.Lock()

@@ -54,6 +54,39 @@ def test_every_layout_and_dtype_matches_float64_reference(transpose_a, transpose
         assert relative_error(out, reference) < tolerance(dtype, dtype), phases
 
 
+def test_reads_past_an_operands_end_never_reach_the_result(rng, monkeypatch):
+    """A phased tile's shifted loads read past a misaligned operand's last row, inside the 16-byte
+    block that holds its last element, into lanes that are never stored (`matmul_kernel`; on a
+    GPU that memory is the operand allocation's, under the interpreter `OPERAND_TAIL_ELEMENTS`
+    zeros). With the dtype's largest value there instead, NumPy's products overflow (the reads
+    happen) and every layout's result still matches the float64 reference."""
+    import warnings
+
+    from jtblas import interpreter
+
+    padded = interpreter._interpreter_operand
+    assert (np.frombuffer(padded(np.ones((3, 5), np.float16)).base, np.float16)[15:] == 0).all()
+
+    def huge_tailed(array):
+        operand = padded(array)
+        huge = np.finfo(operand.dtype).max
+        buffer = np.full(operand.size + interpreter.OPERAND_TAIL_ELEMENTS, huge, operand.dtype)
+        buffer[:operand.size] = operand.reshape(-1)
+        return buffer[:operand.size].reshape(operand.shape)
+
+    monkeypatch.setattr(interpreter, "_interpreter_operand", huge_tailed)
+    m, n, k = 37, 53, 203
+    for (transpose_a, transpose_b), dtype in itertools.product(LAYOUTS, ["bfloat16", "float32"]):
+        a, b, reference = random_operands(rng, m, n, k, dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            out = product(a, b, phase_config(2), transpose_a, transpose_b)
+            out.block_until_ready()
+        assert relative_error(out, reference) < tolerance(dtype, dtype), (transpose_a, transpose_b, dtype)
+        if (transpose_a, transpose_b) != (False, True):  # a misaligned operand stored [K, ...] is shifted
+            assert any(issubclass(w.category, RuntimeWarning) for w in seen), (transpose_a, transpose_b, dtype)
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 50, 7), (5, 9, 1), (16, 130, 64), (3, 41, 129)])
 def test_tiny_and_tail_sizes(m, n, k, rng):
     """K smaller than the phases (phases with no row write zeros), one row, a K multiple of
