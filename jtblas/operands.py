@@ -43,12 +43,13 @@ def problem_of_operands(
     when M, N or K is 0) and the sizes, with the batch shape that folds into M. `gated`: b's N
     columns are a gate's then an up projection's, and the result has N/2 (`Problem.gated`).
 
-    Raises TypeError for non-arrays, unsupported dtypes and a non-bool `gated`, ValueError for bad
-    ranks and shapes (an odd N when gated), mismatched contracting dimensions and unknown
-    activations.
+    Raises TypeError for non-arrays, unsupported dtypes and a non-bool `transpose_a`,
+    `transpose_b` or `gated`, ValueError for bad ranks and shapes (an odd N when gated),
+    mismatched contracting dimensions and unknown activations.
     """
-    if not isinstance(gated, bool):
-        raise TypeError(f"jtblas.matmul: gated must be a bool, got {type(gated).__name__}")
+    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b), ("gated", gated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"jtblas.matmul: {name} must be a bool, got {flag!r} ({type(flag).__name__})")
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, (jax.Array, np.ndarray)):
             raise TypeError(f"jtblas.matmul: {name} must be a jax.Array or numpy array, got {type(x).__name__}")
@@ -124,9 +125,11 @@ def _check_epilogue(bias: Any, activation: Any, residual: Any, shape: GemmShape)
         raise ValueError(f"jtblas.matmul: bias must have shape (N,) = ({shape.n},) for a result of shape "
                          f"{shape.out_shape}, got {bias.shape=}")
     columns = shape.out_shape[-1]
-    if residual is not None and tuple(residual.shape) not in (shape.out_shape, (shape.m, columns)):
-        raise ValueError(f"jtblas.matmul: residual must have the result's shape {shape.out_shape} (or "
-                         f"{(shape.m, columns)}), got {residual.shape=}")
+    folded = (shape.m, columns)  # leading dimensions folded into M
+    if residual is not None and tuple(residual.shape) not in (shape.out_shape, folded):
+        also = f" (or {folded})" if folded != tuple(shape.out_shape) else ""
+        raise ValueError(f"jtblas.matmul: residual must have the result's shape {shape.out_shape}{also}, "
+                         f"got {residual.shape=}")
     if activation is None:
         activation = ""
     elif not isinstance(activation, str) or activation not in ACTIVATIONS:

@@ -243,6 +243,17 @@ def test_bad_epilogue_arguments_name_the_argument_and_values(kwargs, error, word
     assert words in str(raised.value)
 
 
+def test_a_wrong_residual_is_told_the_shapes_it_may_have():
+    """Unbatched, one shape; with leading dimensions folded into M, the result's and the folded one."""
+    b = jnp.ones((4, 5), jnp.float32)
+    with pytest.raises(ValueError) as raised:
+        jtblas.matmul(jnp.ones((3, 4), jnp.float32), b, residual=jnp.ones((3, 4), jnp.float32))
+    assert "shape (3, 5), got" in str(raised.value) and "(or" not in str(raised.value)
+    with pytest.raises(ValueError) as raised:
+        jtblas.matmul(jnp.ones((2, 3, 4), jnp.float32), b, residual=jnp.ones((3, 5), jnp.float32))
+    assert "shape (2, 3, 5) (or (6, 5)), got residual.shape=(3, 5)" in str(raised.value)
+
+
 def test_empty_product_applies_the_epilogue_to_zeros():
     bias = jnp.asarray([-1.0, 2.0], jnp.float32)
     residual = jnp.ones((3, 2), jnp.float32)

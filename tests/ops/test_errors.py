@@ -28,6 +28,8 @@ B = jnp.ones((16, 4), jnp.bfloat16)
         (A, B, {"preferred_element_type": jnp.int8}, TypeError, ["preferred_element_type", "int8"]),
         (A, B, {"precision": "fastest-please"}, ValueError, ["precision", "fastest-please"]),
         (A, B, {"config": {"block_m": 64}}, TypeError, ["config", "dict"]),
+        (A, B, {"transpose_a": "yes"}, TypeError, ["transpose_a must be a bool", "'yes'"]),
+        (A, B, {"transpose_b": 1}, TypeError, ["transpose_b must be a bool", "int"]),
     ],
 )
 def test_bad_operands(a, b, kwargs, error, words):
