@@ -578,7 +578,7 @@ class Calibration:
                     mma="wgmma" if resources.uses_wgmma(config, problem, self.base) else "mma.sync",
                     b_vector_bytes=int(resources.plain_load_bytes(problem, "b", config.block_k)), seconds=seconds,
                     predicted_seconds=predicted, measured_over_predicted=seconds / predicted,
-                    b_bytes_per_s=problem.k * problem.n * 4 / seconds, method=method)
+                    b_bytes_per_s=problem.k * problem.n * problem.b_bytes / seconds, method=method)
 
     def tile_cost(self) -> None:
         """What each further tile on an SM costs: `TILE_COST_CONFIG` (and its TMA twin on Hopper) on
@@ -691,5 +691,5 @@ def _check_triton_compiles() -> None:
 
 
 __all__ = ["BUSY_SM_CONFIGS", "Calibration", "L2_GEMM_CONFIGS", "MeasurementPlan", "NARROW_COPY_COLUMNS",
-           "NARROW_COPY_CONFIG", "NARROW_COPY_STAGES", "NO_GPU", "SPLIT_SUM_SIZE", "SPLIT_SUM_SPLITS", "find_gpu",
-           "latency_knee"]
+           "NARROW_COPY_CONFIG", "NARROW_COPY_CONTRASTS", "NARROW_COPY_STAGES", "NO_GPU", "SPLIT_SUM_SIZE",
+           "SPLIT_SUM_SPLITS", "find_gpu", "latency_knee"]

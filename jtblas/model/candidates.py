@@ -339,8 +339,9 @@ class Candidates:
     equations (`cost.estimate_arrays`) evaluate every candidate at once on these; a `Config` is
     built only for the configurations asked for (`config(i)`).
 
-    Two more rows hold what the search computes anyway and the equations need (`DERIVED`):
-    programs per SM and whether the tile runs wgmma, valid where `derived` is true (the search's
+    Three more rows hold what the search computes anyway and the equations need (`DERIVED`):
+    programs per SM, whether the tile runs wgmma, and programs per SM of the tile storing fp32
+    partials (its split and K-phase twins' count), valid where `derived` is true (the search's
     candidates; `of` leaves them to the equations)."""
 
     __slots__ = ("table", "derived")
@@ -393,7 +394,7 @@ class Candidates:
 
 
 # The rows after the fields (see `Candidates`).
-DERIVED = ("programs_per_sm", "uses_wgmma")
+DERIVED = ("programs_per_sm", "uses_wgmma", "partial_programs_per_sm")
 ROWS = FIELDS + DERIVED
 # Bits of each field in `Candidates.order_key` (largest values: blocks 512, warps 16, stages 8,
 # group 64, split 256, phases 8, flags 1): 10+10+10+5+4+7+9+4+1+1 = 61 bits.
@@ -415,7 +416,7 @@ def _with(candidates: Candidates, **values) -> Candidates:
 def _product_grid() -> Candidates:
     """Every (block_m, block_n, num_warps, block_k, num_stages) of the search, plain (group_m,
     split_k, k_phases 1, neither swapped nor TMA)."""
-    grid = np.array([(bm, bn, bk, w, s, 1, 1, 1, 0, 0, -1, -1) for bm, bn, w, bk, s in
+    grid = np.array([(bm, bn, bk, w, s, 1, 1, 1, 0, 0, -1, -1, -1) for bm, bn, w, bk, s in
                      itertools.product(BLOCK_SIZES, BLOCK_SIZES, NUM_WARPS, BLOCK_K_SIZES, NUM_STAGES)],
                     dtype=np.int64)
     return Candidates(np.ascontiguousarray(grid.T))
@@ -428,8 +429,9 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
     `epilogue` names, `resources.epilogue_operands`) of the rules that depend on nothing
     but the hardware, the operand sizes (`resources.operand_sizes`) and the output's and the
     fewest stages: registers, warps per
-    tile, shared memory, occupancy; with their programs per SM and wgmma (`fma`: the tile runs on
-    the FMA units, `resources.uses_fma`). `candidate_arrays` then applies the problem's limits."""
+    tile, shared memory, occupancy; with their programs per SM (also storing fp32 partials, for
+    their split and K-phase twins) and wgmma (`fma`: the tile runs on the FMA units,
+    `resources.uses_fma`). `candidate_arrays` then applies the problem's limits."""
     grid = _product_grid()
     bm, bn, bk, warps, stages = grid.block_m, grid.block_n, grid.block_k, grid.num_warps, grid.num_stages
     accumulators = bm * bn // (32 * warps)
@@ -444,6 +446,8 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
     programs = programs_per_sm_arrays(plain, sizes, out_bytes, hardware)
     plain = plain.take(programs >= 1)
     plain.table[ROWS.index("programs_per_sm")] = programs[programs >= 1]
+    plain.table[ROWS.index("partial_programs_per_sm")] = programs_per_sm_arrays(
+        _with(plain, split_k=2), sizes, out_bytes, hardware)
     wgmma = ((plain.block_m % resources.WGMMA_ROWS == 0) & (plain.num_warps % 4 == 0)
              & hardware.wgmma & (not fma))
     plain.table[ROWS.index("uses_wgmma")] = wgmma
@@ -456,11 +460,12 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
     twins = _with(plain.take(wgmma), tma=1)
     biggest = np.maximum(np.maximum(twins.block_m, twins.block_n), twins.block_k)
     smem = shared_memory_arrays(twins, sizes, out_bytes, epilogue)
-    programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware, epilogue)
+    programs = _programs_per_sm(twins, smem, hardware)
     keep = ((biggest <= resources.TMA_MAX_BOX) & (smem <= hardware.smem_per_block)
             & (32 * twins.num_warps <= 1024) & (programs >= 1))
     twins = twins.take(keep)
     twins.table[ROWS.index("programs_per_sm")] = programs[keep]
+    twins.table[ROWS.index("partial_programs_per_sm")] = programs[keep]  # never split
     return twins
 
 
@@ -481,12 +486,16 @@ def _pipeline_bytes(bm, bn, bk, stages, sizes: tuple[int, int, int, int]):
 def shared_memory_arrays(candidates: Candidates, sizes: tuple[int, int, int, int], out_bytes: int,
                          epilogue: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """`resources.shared_memory_bytes` of every candidate."""
-    bm, bn = candidates.block_m, candidates.block_n
+    bm, bn, tma = candidates.block_m, candidates.block_n, candidates.tma
     pipeline = _pipeline_bytes(bm, bn, candidates.block_k, candidates.num_stages, sizes)
-    stored = np.where(candidates.split_k * candidates.k_phases > 1, resources.PARTIAL_BYTES, out_bytes)
-    return np.where(candidates.tma,
-                    pipeline + resources.tma_extra_bytes(bm, bn, candidates.num_warps, out_bytes, epilogue),
-                    np.maximum(pipeline, resources.epilogue_bytes(bm, bn, stored)))
+    if tma.all():
+        return pipeline + resources.tma_extra_bytes(bm, bn, candidates.num_warps, out_bytes, epilogue)
+    stored = resources.stored_bytes(candidates.split_k * candidates.k_phases, out_bytes)
+    pointer = np.maximum(pipeline, resources.epilogue_bytes(bm, bn, stored))
+    if not tma.any():
+        return pointer
+    return np.where(tma, pipeline + resources.tma_extra_bytes(bm, bn, candidates.num_warps, out_bytes, epilogue),
+                    pointer)
 
 
 def programs_per_sm_arrays(candidates: Candidates, sizes: tuple[int, int, int, int], out_bytes: int,
@@ -494,8 +503,12 @@ def programs_per_sm_arrays(candidates: Candidates, sizes: tuple[int, int, int, i
     """`resources.programs_per_sm` of every candidate (at least 0), for operands of `sizes`
     (`resources.operand_sizes`), an output of `out_bytes` and an epilogue reading the operands
     `epilogue` names (`resources.epilogue_operands`)."""
+    return _programs_per_sm(candidates, shared_memory_arrays(candidates, sizes, out_bytes, epilogue), hardware)
+
+
+def _programs_per_sm(candidates: Candidates, smem: np.ndarray, hardware: Hardware) -> np.ndarray:
+    """`programs_per_sm_arrays` of candidates whose shared memory per program is `smem`."""
     bm, bn, warps = candidates.block_m, candidates.block_n, candidates.num_warps
-    smem = shared_memory_arrays(candidates, sizes, out_bytes, epilogue)
     by_smem = hardware.smem_per_sm // (smem + resources.SHARED_MEMORY_RESERVED_PER_BLOCK)
     unit = resources.REGISTER_ALLOCATION_UNIT
     per_thread = -(-(bm * bn // (32 * warps) + resources.NON_ACCUMULATOR_REGISTERS) // unit) * unit
@@ -547,7 +560,7 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
         return _epilogue_fits(plain, problem, hardware)
     parts = [plain]
     if split_k_searched(problem, hardware):
-        parts.append(_recounted(_split_arrays(plain, problem, hardware, low_s), sizes, out_bytes, hardware))
+        parts.append(_storing_partials(_split_arrays(plain, problem, hardware, low_s)))
     # The K-phase twins (`Config.k_phases`) where an operand stored with its rows along K is not
     # 16-byte aligned row to row: each phase count that loads it 4 bytes or more at a time
     # (`resources.k_phase_counts`), with the stage range of a phase's shorter K loop.
@@ -558,7 +571,7 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
                                & (resources.phase_copies_per_thread(problem, phases, twins.block_m, twins.block_n,
                                                                     twins.block_k, twins.num_warps)
                                   <= resources.MAX_SHIFTED_COPIES_PER_THREAD))
-            parts.append(_recounted(twins, sizes, out_bytes, hardware))
+            parts.append(_storing_partials(twins))
     # The swapped twins (`Config.swap_ab`) of the mma.sync candidates whose swapped tile runs wgmma
     # instead: on a wgmma GPU, tiles under 64 rows but 64 or more columns wide with 4 or 8 warps.
     # The twin loads, holds and stores what the tile does; only its MMA differs (wgmma reads both
@@ -581,15 +594,13 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     return _epilogue_fits(parts[0] if len(parts) == 1 else _concatenate(parts), problem, hardware)
 
 
-def _recounted(twins: Candidates, sizes: tuple[int, int, int, int], out_bytes: int, hardware: Hardware) -> Candidates:
-    """Split or K-phase twins of plain candidates with their own programs per SM (they store fp32
-    partials, whose conversion may take more shared memory: `resources.shared_memory_bytes`),
+def _storing_partials(twins: Candidates) -> Candidates:
+    """Split or K-phase twins of plain candidates, with the programs per SM of a tile storing fp32
+    partials (whose conversion may take more shared memory: `resources.shared_memory_bytes`),
     those that fit."""
-    smem = shared_memory_arrays(twins, sizes, out_bytes)
-    programs = programs_per_sm_arrays(twins, sizes, out_bytes, hardware)
-    keep = (programs >= 1) & (smem <= hardware.smem_per_block)
-    found = twins.take(keep)
-    found.table[ROWS.index("programs_per_sm")] = programs[keep]
+    programs = twins.table[ROWS.index("partial_programs_per_sm")]
+    found = twins.take(programs >= 1)
+    found.table[ROWS.index("programs_per_sm")] = found.table[ROWS.index("partial_programs_per_sm")]
     return found
 
 

@@ -96,8 +96,7 @@ from jtblas.constants import DEFAULT_CONSTANTS, Constants
 from jtblas.gpus import Hardware
 from jtblas.model import candidates, resources
 
-# Split-K partials are fp32.
-PARTIAL_BYTES = 4
+PARTIAL_BYTES = resources.PARTIAL_BYTES  # split-K and K-phase partials are fp32
 # fp32 FLOPs per output element of each epilogue activation (`jtblas.kernels.matmul.activated`):
 # its PTX for sm_90 (Triton 3.6), counting an FMA-pipe instruction (add, mul, fma, min, max) as 2,
 # a multi-function-unit one (ex2: a quarter of the FMA rate per SM) as 8 and a division as a
@@ -577,7 +576,7 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
 
     # One tile: fill, the K loop, the epilogue.
     fill = constants.program_start_seconds + latency + (a_loaded + b_step) / load_port
-    stored_bytes = np.where(split > 1, PARTIAL_BYTES, problem.out_bytes)
+    stored_bytes = resources.stored_bytes(split, problem.out_bytes)
     # A gated tile stores (and adds a residual to) half its columns: gate · up pairs.
     out_columns = bn // 2 if problem.gated else bn
     c_tile = bm * out_columns * stored_bytes

@@ -42,14 +42,16 @@ def shared_memory_bytes(config: Config, problem: Problem) -> int:
     pipeline = (config.num_stages * (config.block_m * a_bytes + config.block_n * b_bytes) * config.block_k
                 + (config.block_m * a_cast + config.block_n * b_cast) * config.block_k)
     if not config.tma:
-        return max(pipeline, epilogue_bytes(config.block_m, config.block_n, stored_bytes(config, problem)))
+        return max(pipeline, epilogue_bytes(config.block_m, config.block_n,
+                                            int(stored_bytes(config.k_slices, problem.out_bytes))))
     return pipeline + tma_extra_bytes(config.block_m, config.block_n, config.num_warps, problem.out_bytes,
                                       epilogue_operands(problem))
 
 
-def stored_bytes(config: Config, problem: Problem) -> int:
-    """Bytes of each element the kernel stores: fp32 partials where K is split or phased, else C's."""
-    return PARTIAL_BYTES if config.k_slices > 1 else problem.out_bytes
+def stored_bytes(k_slices, out_bytes: int):
+    """Bytes of each element the kernel stores (ints or arrays): fp32 partials where K is split or
+    phased (`Config.k_slices` > 1), else C's `out_bytes`."""
+    return np.where(np.asarray(k_slices) > 1, PARTIAL_BYTES, out_bytes)
 
 
 def epilogue_bytes(block_m, block_n, stored):
