@@ -210,6 +210,17 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
         if copies > resources.MAX_NARROW_COPIES_PER_THREAD:
             reasons.append(f"each thread issues {copies} copies narrower than {resources.VECTOR_BYTES} bytes per stage "
                            f"(misaligned rows), over {resources.MAX_NARROW_COPIES_PER_THREAD} (their addresses spill)")
+    if any(resources.transposed_operands(problem)) and not config.tma and resources.uses_wgmma(config, problem,
+                                                                                                  hardware):
+        copies = resources.transposed_copies_per_thread(problem, config.block_m, config.block_n, config.block_k,
+                                                        config.num_warps)
+        if copies > resources.MAX_TRANSPOSED_COPIES_PER_THREAD:
+            reasons.append(f"each thread issues {copies} four-byte copies per stage of the fp32 operands tf32 "
+                           f"wgmma takes transposed, over {resources.MAX_TRANSPOSED_COPIES_PER_THREAD} "
+                           "(their addresses spill)")
+        if config.k_phases > 1:
+            reasons.append(f"k_phases={config.k_phases} on a tf32 wgmma tile: it copies the rows along K 4 bytes at "
+                           "a time (transposed) whatever the phases")
     if config.swap_ab and not _swap_twin(config, problem, hardware):
         reasons.append(f"swap_ab: a {config.block_m}x{config.block_n} tile of {config.num_warps} warps is swapped "
                        "only where the swap turns its mma.sync into wgmma")
@@ -591,7 +602,17 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     if hardware.tma and not resources.tma_errors(Config(tma=True), problem, hardware):  # the problem's limits
         parts.append(in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, True,
                                             resources.epilogue_operands(problem))))
-    return _epilogue_fits(parts[0] if len(parts) == 1 else _concatenate(parts), problem, hardware)
+    found = parts[0] if len(parts) == 1 else _concatenate(parts)
+    # The pointer kernel's wgmma tiles copy an fp32 operand stored M- or N-major one element at a
+    # time (`resources.transposed_operands`): past a limit their addresses spill, and K phases,
+    # which exist to widen the copies of exactly those operands (rows along K), widen nothing.
+    if any(resources.transposed_operands(problem)):
+        copies = resources.transposed_copies_per_thread(problem, found.block_m, found.block_n, found.block_k,
+                                                        found.num_warps)
+        transposing = uses_wgmma_arrays(found, problem, hardware) & ~found.tma
+        found = found.take(~(transposing & ((copies > resources.MAX_TRANSPOSED_COPIES_PER_THREAD)
+                                            | (found.k_phases > 1))))
+    return _epilogue_fits(found, problem, hardware)
 
 
 def _storing_partials(twins: Candidates) -> Candidates:

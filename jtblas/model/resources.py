@@ -330,6 +330,39 @@ def narrow_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_wa
     return copies
 
 
+# tf32 wgmma reads both operands K-major from shared memory (PTX ISA, wgmma: tf32 operands in
+# shared memory are K-major only), so Triton writes an fp32 operand stored M- or N-major there
+# transposed, one 4-byte `cp.async.ca` per element, whatever its rows' alignment; each copy holds
+# its own global and shared addresses. sm_90a, `ptxas -v` on our Triton 3.6 kernels (2026-12-07):
+# of the tiles issuing 64 such copies per thread per stage, fp32 NN 64x256x32 w4 s5 spilled 124
+# bytes, 16x64x128 w4 swapped 108, 32x64x128 w4 swapped 236, 64x128x64 w4 s4 split 2 392, TN
+# 128x128x32 w4 s5 84, TT 128x128x64 w4 s4 204 (64x128x64 w4 s4 unsplit: none, 254 registers);
+# of those issuing 48 (TN 64x128x32 and 128x64x32 w4 at 3-6 stages, 128x256x32 and 256x128x32
+# w8, split or not) or fewer (NN 128x128x32 w4, 128x256x32 w8, 64x64x64 w4, 64x32x128 w4; TT
+# 128x256x64 w8) none spilled, at 116-255 registers. The K-phase kernel copies them 4 bytes at a
+# time too (its phases widen nothing here) and spilled at 24 with 4 phases (TN 128x256x16 w8 s5,
+# 160 bytes), so tf32 wgmma tiles take no K phases. Until then the model picked spilling tiles
+# for 59 products of the corpus in tf32 (H100 and H200 together).
+MAX_TRANSPOSED_COPIES_PER_THREAD = 48
+
+
+def transposed_operands(problem: Problem) -> tuple[bool, bool]:
+    """Whether a wgmma tile of the pointer kernel copies A (B) into shared memory transposed, one
+    element at a time: the product runs in tf32 and the operand is stored M- (N-) major, A as
+    [K, M] (transpose_a), B as [K, N] (not transpose_b)."""
+    if problem.dtype != "float32" or uses_fma(problem):
+        return False, False
+    return problem.transpose_a, not problem.transpose_b
+
+
+def transposed_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_warps):
+    """4-byte copies of the operands a wgmma tile copies transposed (`transposed_operands`) that
+    one thread issues per stage, A's and B's together; also element-wise on integer arrays of
+    block sizes and warps."""
+    transpose_a, transpose_b = transposed_operands(problem)
+    return (transpose_a * block_m + transpose_b * block_n) * block_k // (32 * num_warps)
+
+
 def shifted_copies_per_thread(config: Config, problem: Problem) -> int:
     """Vector copies (`phase_vector_bytes` wide) of the operands K phases shift
     (`shifted_operands`) that one thread issues for one stage; 0 without K phases."""

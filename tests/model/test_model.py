@@ -138,18 +138,46 @@ def test_candidates_match_the_rules():
         m = m if index < 3 else 1 + m % 127
         problem = Problem(m=m, n=n, k=k, dtype=str(rng.choice(DTYPES)))
         hw = hardware.BUILTIN[str(rng.choice(HARDWARE))] if index < 3 else hardware.BUILTIN[HARDWARE[index % 3]]
-        everything = [
-            Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
-                   swap_ab=swap, tma=tma, k_phases=phases)
-            for bm in candidates.BLOCK_SIZES for bn in candidates.BLOCK_SIZES
-            for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
-            for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
-            for sk in (1, *candidates.SPLIT_K_FACTORS) for swap in (False, True) for tma in (False, True)
-            for phases in (1, *resources.k_phase_counts(problem))
-            if not (tma and (sk > 1 or swap)) and not (phases > 1 and (sk > 1 or tma))
-        ]
-        kept = [c for c in everything if not model.rejection_reasons(c, problem, hw)]
-        assert sorted(kept, key=candidates._order) == model.candidates_for_problem(problem, hw)
+        assert _kept_by_the_rules(problem, hw) == model.candidates_for_problem(problem, hw)
+
+
+def _kept_by_the_rules(problem: Problem, hw) -> list[Config]:
+    """Every config of the search's grid that `rejection_reasons` keeps, in the search's order."""
+    everything = [
+        Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=g, split_k=sk,
+               swap_ab=swap, tma=tma, k_phases=phases)
+        for bm in candidates.BLOCK_SIZES for bn in candidates.BLOCK_SIZES
+        for bk in candidates.BLOCK_K_SIZES for w in candidates.NUM_WARPS
+        for s in candidates.NUM_STAGES for g in candidates.GROUP_SIZES
+        for sk in (1, *candidates.SPLIT_K_FACTORS) for swap in (False, True) for tma in (False, True)
+        for phases in (1, *resources.k_phase_counts(problem))
+        if not (tma and (sk > 1 or swap)) and not (phases > 1 and (sk > 1 or tma))
+    ]
+    return sorted((c for c in everything if not model.rejection_reasons(c, problem, hw)), key=candidates._order)
+
+
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
+def test_tf32_wgmma_tiles_copy_transposed_operands_within_the_limit_and_without_k_phases(transpose_a):
+    """A tf32 product's fp32 operands stored M- or N-major are copied one element at a time by the
+    pointer kernel's wgmma tiles (`resources.transposed_operands`; the compiler side is held in
+    tests/ops/test_cuda_lowering.py): no such candidate issues more than
+    `MAX_TRANSPOSED_COPIES_PER_THREAD` per thread per stage or has K phases (rows misaligned here,
+    so the phases are searched), and the fast enumeration still equals the rules. bf16 keeps both."""
+    hw = hardware.H100
+    tf32 = Problem(m=96, n=3001, k=2000, dtype="float32", out_dtype="float32", transpose_a=transpose_a)
+    assert resources.k_phase_counts(tf32)
+    found = model.candidates_for_problem(tf32, hw)
+    assert _kept_by_the_rules(tf32, hw) == found
+    transposing = [c for c in found if resources.uses_wgmma(c, tf32, hw) and not c.tma]
+    assert transposing and all(c.k_phases == 1 for c in transposing)
+    assert max(resources.transposed_copies_per_thread(tf32, c.block_m, c.block_n, c.block_k, c.num_warps)
+               for c in transposing) <= resources.MAX_TRANSPOSED_COPIES_PER_THREAD
+    over = Config(block_m=64, block_n=256, block_k=32, num_warps=4, num_stages=4, group_m=8)
+    assert any("transposed" in reason for reason in model.rejection_reasons(over, tf32, hw))
+    assert any(c.k_phases > 1 and not resources.uses_wgmma(c, tf32, hw) for c in found)  # mma.sync keeps them
+    bf16 = dataclasses.replace(tf32, dtype="bfloat16", out_dtype="bfloat16", input_precision="tf32")
+    kept = model.candidates_for_problem(bf16, hw)
+    assert over in kept and any(c.k_phases > 1 and resources.uses_wgmma(c, bf16, hw) for c in kept)
 
 
 @pytest.mark.parametrize("problem,gpu", [

@@ -210,6 +210,30 @@ def test_narrow_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypat
         assert _spilled_bytes(config, problem, tmp_path) == 0, config
 
 
+def test_transposed_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
+    """`resources.MAX_TRANSPOSED_COPIES_PER_THREAD`, against the compiler (sm_90a, no GPU): tf32
+    wgmma tiles copying an fp32 operand stored M- or N-major one element at a time spill their
+    addresses at 64 copies per thread per stage (NN 64x256x32 w4, TN 128x128x32 w4: until the
+    limit the model picked both) and not at 48 (TN 64x128x32 w4, 256x128x32 w8) or 32 (NN
+    128x128x32 w4); the model's tf32 picks on the H100 at NN, TN and TT spill nothing."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+    fp32 = dict(m=4096, n=4096, k=4096, dtype="float32", out_dtype="float32")
+    nn, tn = jtblas.Problem(**fp32), jtblas.Problem(**fp32, transpose_a=True)
+    tiles = {(nn, 64, 256, 4): True, (tn, 128, 128, 4): True,
+             (tn, 64, 128, 4): False, (tn, 256, 128, 8): False, (nn, 128, 128, 4): False}
+    for (problem, block_m, block_n, num_warps), spills in tiles.items():
+        config = jtblas.Config(block_m=block_m, block_n=block_n, block_k=32, num_warps=num_warps, num_stages=4)
+        copies = resources.transposed_copies_per_thread(problem, block_m, block_n, 32, num_warps)
+        assert (copies > resources.MAX_TRANSPOSED_COPIES_PER_THREAD) == spills, config
+        assert (_spilled_bytes(config, problem, tmp_path) > 0) == spills, config
+    for transpose_a, transpose_b in ((False, False), (True, False), (True, True)):
+        config = jtblas.select(2048, 3072, 768, dtype="float32", transpose_a=transpose_a, transpose_b=transpose_b,
+                               hardware="h100")
+        problem = jtblas.Problem(m=2048, n=3072, k=768, dtype="float32", out_dtype="float32",
+                                 transpose_a=transpose_a, transpose_b=transpose_b)
+        assert _spilled_bytes(config, problem, tmp_path) == 0, config
+
+
 @pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
 def test_a_row_stride_padded_past_n_loads_b_16_bytes_at_a_time(transpose_a, tmp_path, monkeypatch):
     """The dw of an lm head over 50257 words at 128 tokens, compiled for sm_90a (no GPU): B as
