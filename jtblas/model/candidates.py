@@ -165,6 +165,13 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
             f"accumulators + {resources.NON_ACCUMULATOR_REGISTERS}) exceed "
             f"{hardware.max_regs_per_thread}: the kernel would spill"
         )
+    elif resources.uses_fma(problem) and resources.fma_tile_spills(config.block_m, config.block_n, config.block_k,
+                                                                   config.num_warps):
+        reasons.append(
+            f"an FMA tile of {resources.accumulator_registers_per_thread(config)} accumulators per thread at "
+            f"block_k={config.block_k}: over {resources.MAX_FMA_ACCUMULATORS_PER_THREAD} accumulators or "
+            f"{resources.MAX_FMA_PRODUCTS_PER_THREAD} multiply-adds per K step, the kernel would spill"
+        )
     elif resources.programs_per_sm(config, problem, hardware) < 1:
         reasons.append("not even one program fits on an SM")
     max_m, max_n, min_k, max_k = block_limits(problem, hardware)
@@ -207,9 +214,10 @@ def rejection_reasons(config: Config, problem: Problem, hardware: Hardware) -> l
     if config.k_phases == 1 and not config.tma:
         copies = int(resources.narrow_copies_per_thread(problem, config.block_m, config.block_n, config.block_k,
                                                         config.num_warps))
-        if copies > resources.MAX_NARROW_COPIES_PER_THREAD:
+        limit = resources.max_narrow_copies_per_thread(problem)
+        if copies > limit:
             reasons.append(f"each thread issues {copies} copies narrower than {resources.VECTOR_BYTES} bytes per stage "
-                           f"(misaligned rows), over {resources.MAX_NARROW_COPIES_PER_THREAD} (their addresses spill)")
+                           f"(misaligned rows), over {limit} (their addresses spill)")
     if any(resources.transposed_operands(problem)) and not config.tma and resources.uses_wgmma(config, problem,
                                                                                                   hardware):
         copies = resources.transposed_copies_per_thread(problem, config.block_m, config.block_n, config.block_k,
@@ -452,6 +460,7 @@ def _static_plain(hardware: Hardware, sizes: tuple[int, int, int, int], out_byte
             & ~((warps == 8) & (bm * bn < 8 * MIN_TILE_ELEMENTS_PER_WARP_FOR_8_WARPS))
             & ~((warps == 2) & (bm > MAX_BLOCK_M_FOR_2_WARPS))
             & (low_s <= stages)
+            & ~(fma & resources.fma_tile_spills(bm, bn, bk, warps))
             & (_pipeline_bytes(bm, bn, bk, stages, sizes) <= hardware.smem_per_block))
     plain = grid.take(keep)
     programs = programs_per_sm_arrays(plain, sizes, out_bytes, hardware)
@@ -564,8 +573,9 @@ def candidate_arrays(problem: Problem, hardware: Hardware) -> Candidates:
     unphased = in_range(_static_plain(hardware, sizes, out_bytes, low_s, fma, False))
     # Without K phases, misaligned rows' narrow copies must not spill their addresses
     # (`resources.narrow_copies_per_thread`); the K-phase twins load at their own widths.
-    spilling = (resources.narrow_copies_per_thread(problem, unphased.block_m, unphased.block_n, unphased.block_k,
-                                                   unphased.num_warps) > resources.MAX_NARROW_COPIES_PER_THREAD)
+    copies = resources.narrow_copies_per_thread(problem, unphased.block_m, unphased.block_n, unphased.block_k,
+                                                unphased.num_warps)
+    spilling = copies > resources.max_narrow_copies_per_thread(problem)
     plain = unphased.take(~spilling) if np.any(spilling) else unphased
     if problem.gated:  # the plain pointer kernel only (`resources.fit_errors`)
         return _epilogue_fits(plain, problem, hardware)

@@ -154,6 +154,26 @@ def registers_per_thread(config: Config) -> int:
     return accumulator_registers_per_thread(config) + NON_ACCUMULATOR_REGISTERS
 
 
+# The FMA tile (fp32 with input_precision "ieee", `uses_fma`) holds about twice its accumulators
+# in registers, and more as block_k grows: Triton's FMA lowering unrolls a K step's
+# accumulators × block_k multiply-adds with their A and B values live. sm_90a, `ptxas -v` on our
+# Triton 3.6 kernel (2026-12-07; the H100's 71 FMA tiles for 4096^3 at their fewest stages): 8-64
+# accumulators per thread at accumulators × block_k ≤ 4096 took 48-240 registers (a few with 4-12
+# bytes of spills); 128 accumulators spilled 80-1,300 bytes in 11 tiles of 12 (128x256x16 w8: 255
+# registers, none), 64 at block_k 128 972 and 1,224. Beyond either limit the model's FMA picks
+# spilled on 258 of its H100 and H200 plans for the corpus in fp32 "ieee" (up to 3,476 bytes).
+MAX_FMA_ACCUMULATORS_PER_THREAD = 64
+MAX_FMA_PRODUCTS_PER_THREAD = 4096
+
+
+def fma_tile_spills(block_m, block_n, block_k, num_warps):
+    """Whether an FMA tile (`uses_fma`) holds more than ptxas keeps in registers: over
+    MAX_FMA_ACCUMULATORS_PER_THREAD accumulators, or accumulators × block_k over
+    MAX_FMA_PRODUCTS_PER_THREAD; also element-wise on integer arrays."""
+    accumulators = block_m * block_n // (32 * num_warps)
+    return (accumulators > MAX_FMA_ACCUMULATORS_PER_THREAD) | (accumulators * block_k > MAX_FMA_PRODUCTS_PER_THREAD)
+
+
 # Registers of the epilogue's addresses and masks (the K loop's operand fragments and addresses
 # are dead by then): an estimate, not read from ptxas.
 EPILOGUE_ADDRESS_REGISTERS = 16
@@ -311,6 +331,19 @@ def _plain_load_widths(problem: Problem, operand: str, full: int) -> tuple[int, 
 # 3.9 spills that 64-copy tile 8 bytes and the 72-copy ones 188-192. On an H100 through JAX the
 # 144-copy tile ran 6x4858x12954 in 301 µs split 6 and 890 split 2, predicted 47 and 68.
 MAX_NARROW_COPIES_PER_THREAD = 64
+# An FMA tile (`uses_fma`) keeps half as many: its multiply-adds' operands hold the registers
+# (`fma_tile_spills`). sm_90a, `ptxas -v`, Triton 3.6 (2026-12-07, the model's FMA picks for the
+# corpus in fp32 "ieee" on the H100 and the H200): 64x128x64 and 128x64x64 w4 with 48 or 64
+# four- and eight-byte copies per thread per stage spilled 252-976 bytes, 128x128x64 w8 with 64
+# spilled 124; with 32 or fewer, the new picks (H100, H200 and, for sm_80, A100) spill 120 bytes
+# at most, 20 or fewer in 323 distinct compiles of 327.
+MAX_FMA_NARROW_COPIES_PER_THREAD = 32
+
+
+def max_narrow_copies_per_thread(problem: Problem) -> int:
+    """`MAX_NARROW_COPIES_PER_THREAD`, or `MAX_FMA_NARROW_COPIES_PER_THREAD` where the tile runs on
+    the FMA units."""
+    return MAX_FMA_NARROW_COPIES_PER_THREAD if uses_fma(problem) else MAX_NARROW_COPIES_PER_THREAD
 
 
 def narrow_copies_per_thread(problem: Problem, block_m, block_n, block_k, num_warps):

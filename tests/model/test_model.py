@@ -156,6 +156,33 @@ def _kept_by_the_rules(problem: Problem, hw) -> list[Config]:
     return sorted((c for c in everything if not model.rejection_reasons(c, problem, hw)), key=candidates._order)
 
 
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+def test_fma_tiles_keep_their_registers_within_what_ptxas_holds(gpu):
+    """fp32 with input_precision "ieee" runs on the FMA units, whose tiles hold about twice their
+    accumulators in registers (`resources.fma_tile_spills`; the compiler side is held in
+    tests/ops/test_cuda_lowering.py): no FMA candidate has more than 64 accumulators per thread or
+    64 x 64 multiply-adds per thread per K step, the fast enumeration still equals the rules, and
+    tf32 keeps the 128-accumulator tiles. Misaligned rows' narrow copies keep to the FMA tile's
+    lower limit (`resources.MAX_FMA_NARROW_COPIES_PER_THREAD`)."""
+    hw = hardware.get(gpu)
+    ieee = Problem(m=3000, n=2000, k=1000, dtype="float32", out_dtype="float32", input_precision="ieee")
+    found = model.candidates_for_problem(ieee, hw)
+    assert _kept_by_the_rules(ieee, hw) == found
+    accumulators = [resources.accumulator_registers_per_thread(c) for c in found]
+    assert max(accumulators) == resources.MAX_FMA_ACCUMULATORS_PER_THREAD
+    assert max(count * c.block_k for count, c in zip(accumulators, found)) == resources.MAX_FMA_PRODUCTS_PER_THREAD
+    spilling = Config(block_m=128, block_n=128, block_k=32, num_warps=4, num_stages=2)
+    assert any("FMA" in reason for reason in model.rejection_reasons(spilling, ieee, hw))
+    tf32 = dataclasses.replace(ieee, input_precision="tf32")
+    assert max(resources.accumulator_registers_per_thread(c) for c in model.candidates_for_problem(tf32, hw)) == 128
+    misaligned = dataclasses.replace(ieee, n=2001)
+    found = model.candidates_for_problem(misaligned, hw)
+    assert _kept_by_the_rules(misaligned, hw) == found
+    copies = [resources.narrow_copies_per_thread(misaligned, c.block_m, c.block_n, c.block_k, c.num_warps)
+              for c in found if c.k_phases == 1]
+    assert max(copies) == resources.MAX_FMA_NARROW_COPIES_PER_THREAD
+
+
 @pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
 def test_tf32_wgmma_tiles_copy_transposed_operands_within_the_limit_and_without_k_phases(transpose_a):
     """A tf32 product's fp32 operands stored M- or N-major are copied one element at a time by the

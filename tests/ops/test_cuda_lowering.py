@@ -234,6 +234,33 @@ def test_transposed_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monke
         assert _spilled_bytes(config, problem, tmp_path) == 0, config
 
 
+def test_fma_tiles_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
+    """`resources.fma_tile_spills`, against the compiler (sm_90a, no GPU): fp32 "ieee" tiles of 128
+    accumulators per thread (128x128x32 w4, which the model picked for corpus products in fp32
+    "ieee" on the H100 and the H200), or of 64 at block_k 128, spill; 64 at block_k 64 and 32 at
+    block_k 128 do not (but misaligned rows' narrow copies past the FMA tile's limit make the
+    64x128x64 one spill); the model's FMA picks on the H100 spill nothing."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+    ieee = jtblas.Problem(m=4096, n=4096, k=4096, dtype="float32", out_dtype="float32", input_precision="ieee")
+    tiles = {(128, 128, 32, 4): True, (64, 128, 128, 4): True, (64, 128, 64, 4): False, (128, 128, 32, 8): False,
+             (64, 128, 128, 8): False}
+    for (block_m, block_n, block_k, num_warps), spills in tiles.items():
+        config = jtblas.Config(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=2)
+        assert bool(resources.fma_tile_spills(block_m, block_n, block_k, num_warps)) == spills, config
+        assert (_spilled_bytes(config, ieee, tmp_path) > 0) == spills, config
+    # Misaligned rows (B's 4-byte aligned): 64 narrow copies per thread per stage on the 64x128x64
+    # tile, over the FMA tile's limit, spill where the tile alone did not.
+    misaligned = dataclasses.replace(ieee, n=4001)
+    config = jtblas.Config(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=2)
+    assert resources.narrow_copies_per_thread(misaligned, 64, 128, 64, 4) > resources.max_narrow_copies_per_thread(
+        misaligned)
+    assert _spilled_bytes(config, misaligned, tmp_path) > 0
+    for m, n, k in ((2048, 2048, 2048), (8192, 1024, 4096)):
+        config = jtblas.select(m, n, k, dtype="float32", precision=jax.lax.Precision.HIGHEST, hardware="h100")
+        problem = dataclasses.replace(ieee, m=m, n=n, k=k)
+        assert resources.uses_fma(problem) and _spilled_bytes(config, problem, tmp_path) == 0, config
+
+
 @pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
 def test_a_row_stride_padded_past_n_loads_b_16_bytes_at_a_time(transpose_a, tmp_path, monkeypatch):
     """The dw of an lm head over 50257 words at 128 tokens, compiled for sm_90a (no GPU): B as
