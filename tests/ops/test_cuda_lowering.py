@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 import jtblas
-from jtblas import _compat, hardware
+from jtblas import _compat, hardware, model
 from jtblas.model import resources
 from tests.reference import compile_for_sm90, lower_for_cuda, require_jax_triton, stored_shapes
 
@@ -128,7 +128,6 @@ def test_pointer_kernel_tiles_take_no_more_shared_memory_than_counted():
     counts: its epilogue reuses the pipeline's buffers, and where converting an fp32 C takes more
     (64x256 and 128x128 tiles on 8 warps: the whole C tile) that is counted. An undercount is a
     launch that fails or a wrong occupancy."""
-    from jtblas import model
     from jtblas.config import Problem
 
     problems = [Problem(m=2048, n=768, k=3072, bias_dtype="float32", residual_dtype="float32", activation="gelu"),
@@ -259,6 +258,38 @@ def test_fma_tiles_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
         config = jtblas.select(m, n, k, dtype="float32", precision=jax.lax.Precision.HIGHEST, hardware="h100")
         problem = dataclasses.replace(ieee, m=m, n=n, k=k)
         assert resources.uses_fma(problem) and _spilled_bytes(config, problem, tmp_path) == 0, config
+
+
+def test_model_fp32_picks_for_the_corpus_hold_their_registers(tmp_path, monkeypatch):
+    """Every distinct pointer-kernel compile of the model's H100 picks for the benchmark corpus's
+    products in fp32 (tf32 and "ieee"), through ptxas for sm_90a: the tf32 ones spill nothing, the
+    FMA ones at most a few words (`resources.MAX_TRANSPOSED_COPIES_PER_THREAD`,
+    `resources.fma_tile_spills`, `resources.MAX_FMA_NARROW_COPIES_PER_THREAD`: before them, 59 tf32
+    and 258 "ieee" plans of the H100 and the H200 spilled up to 3,476 bytes)."""
+    from jtblas.bench import shapes
+    from jtblas.kernels.matmul import matmul_kernel
+    from jtblas.launch_specs import launch_spec
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # jax-triton's import blanks it
+    compiles = {}
+    for shape in shapes.load():
+        for precision in ("tf32", "ieee"):
+            problem = dataclasses.replace(shape.problem(), dtype="float32", out_dtype="float32",
+                                          input_precision=precision)
+            plan = model.plan_for_problem(problem, hardware.H100)
+            config, kernel_problem = plan.config, plan.kernel_problem
+            if config.tma:
+                continue
+            spec = launch_spec(kernel_problem, config, hw=hardware.H100)
+            names = [n for n in matmul_kernel.arg_names if not n.endswith("_ptr") and n not in spec.metaparams]
+            scalars = tuple((n, v == 1, v > 1 and v % 16 == 0) for n, v in zip(names, spec.scalars))
+            key = (tuple(sorted(spec.metaparams.items())), config.num_warps, config.num_stages, scalars,
+                   config.k_slices > 1)
+            compiles.setdefault(key, (config, kernel_problem))
+    assert len(compiles) > 100
+    for config, problem in compiles.values():
+        spilled = _spilled_bytes(config, problem, tmp_path)
+        assert spilled <= (128 if resources.uses_fma(problem) else 0), (config.short(), problem.short(), spilled)
 
 
 @pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
