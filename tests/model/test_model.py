@@ -66,7 +66,7 @@ def test_pick_is_feasible_and_among_candidates(case):
         assert all(config.k_phases > 1 for config in space
                    if dataclasses.replace(config, split_k=1, tma=False, k_phases=1) == base)
         assert resources.narrow_copies_per_thread(problem, base.block_m, base.block_n, base.block_k,
-                                                  base.num_warps) > resources.MAX_NARROW_COPIES_PER_THREAD
+                                                  base.num_warps) > resources.max_narrow_copies_per_thread(problem)
     assert max(variants.values()) <= 1 + 6 + 1 + len(resources.k_phase_counts(problem))
     assert {config.k_phases for config in space} <= {1, *resources.k_phase_counts(problem)}
     assert model.rejection_reasons(pick, problem, hw) == []
