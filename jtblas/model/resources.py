@@ -160,8 +160,9 @@ def registers_per_thread(config: Config) -> int:
 # Triton 3.6 kernel (2026-12-07; the H100's 71 FMA tiles for 4096^3 at their fewest stages): 8-64
 # accumulators per thread at accumulators × block_k ≤ 4096 took 48-240 registers (a few with 4-12
 # bytes of spills); 128 accumulators spilled 80-1,300 bytes in 11 tiles of 12 (128x256x16 w8: 255
-# registers, none), 64 at block_k 128 972 and 1,224. Beyond either limit the model's FMA picks
-# spilled on 258 of its H100 and H200 plans for the corpus in fp32 "ieee" (up to 3,476 bytes).
+# registers, none), 64 at block_k 128 972 and 1,224. Before these limits (and
+# `MAX_FMA_NARROW_COPIES_PER_THREAD`) 258 of the model's H100 and H200 plans for the corpus in
+# fp32 "ieee" spilled, up to 3,476 bytes.
 MAX_FMA_ACCUMULATORS_PER_THREAD = 64
 MAX_FMA_PRODUCTS_PER_THREAD = 4096
 
