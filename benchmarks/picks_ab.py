@@ -8,11 +8,13 @@ old pick and the new one timed beside XLA's dot, through JAX.
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --out ab.json  # on the GPU
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --sample 60    # 60, evenly spaced
     python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --dtype float32  # the fp32 variants
+    python benchmarks/picks_ab.py /tmp/before.json /tmp/after.json --dtype float32 --precision ieee
 
 The dumps hold every corpus product's plan on each built-in GPU description; the products timed
 are those whose plan differs on the description of the GPU that runs this (`--gpu` names
 another), in the corpus's dtype (`--dtype`: the dumps' fp32 or fp16 variants of the corpus
-products, at the default precision). Both picks run as forced configs on the operands as stored (the
+products, at the default precision, or for fp32 at `--precision ieee`: `jax.lax.Precision.HIGHEST`
+for jtblas and XLA alike). Both picks run as forced configs on the operands as stored (the
 kernels are this checkout's: the change must be to the model alone), in the same jitted slope
 loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`; a batched product
 runs its config under `jax.vmap`, one launch). A plan that copies an operand first (repacking)
@@ -57,14 +59,14 @@ class Moved(NamedTuple):
     activation: str | None = None
 
 
-def corpus_keys(gpu: str, dtype: str | None = None) -> dict[str, shapes.Shape]:
+def corpus_keys(gpu: str, dtype: str | None = None, precision: str = "tf32") -> dict[str, shapes.Shape]:
     """The dump key (`select_latency.picks`) of every distinct corpus product on `gpu`, in its
     corpus dtype or in `dtype` ("float32" or "float16", the dumps' variants at the default
-    precision), with one of its shape rows."""
+    precision, or fp32 at `precision` "ieee"), with one of its shape rows."""
     found: dict[str, shapes.Shape] = {}
     for shape in shapes.load():
         if dtype is not None:
-            shape = dataclasses.replace(shape, dtype=dtype)
+            shape = dataclasses.replace(shape, dtype=dtype, precision=precision)
         problem = shape.problem()
         found.setdefault(f"{gpu} {problem.short()} {problem.input_precision}", shape)
     return found
@@ -84,13 +86,14 @@ def fused_keys(gpu: str) -> dict[str, tuple[shapes.Shape, str, str | None]]:
             for problem in [fused_layer.fused_problem(shape, layer, activation)]}
 
 
-def moved(before: dict, after: dict, gpu: str, dtype: str | None = None) -> tuple[list[Moved], list[Moved]]:
+def moved(before: dict, after: dict, gpu: str, dtype: str | None = None,
+          precision: str = "tf32") -> tuple[list[Moved], list[Moved]]:
     """(timeable, not timeable): every corpus product and fused layer's product on `gpu` whose
     pick differs between the dumps; not timeable where either pick repacks an operand (forced
     configs run none; a batched product runs its config under `jax.vmap`). Fused products count where both dumps hold
     them (dumps older than 2026-12-06 do not), and so do the fresh draw's. With `dtype` (the
-    dumps' fp32 or fp16 variants), the corpus products in that dtype only."""
-    found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu, dtype).items()]
+    dumps' fp32 or fp16 variants), the corpus products in that dtype (at `precision`) only."""
+    found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu, dtype, precision).items()]
     if dtype is None:
         found += [Moved(key, shape, "", "", layer, activation)
                   for key, (shape, layer, activation) in fused_keys(gpu).items() if key in before and key in after]
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("float32", "float16"), default=None,
                         help="the corpus products in this dtype (the dumps' variants) instead of the corpus's own, "
                              "with the fused layers and the fresh draw left out")
+    parser.add_argument("--precision", choices=("tf32", "ieee"), default="tf32",
+                        help="with --dtype float32: the fp32 variants at this input precision (ieee: "
+                             "Precision.HIGHEST, the FMA tiles)")
     parser.add_argument("--sample", type=int, default=None,
                         help="time only this many of the moved products, evenly spaced in their order")
     args = parser.parse_args(argv)
@@ -191,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"picks_ab: --rounds and --trials must be >= 1, got {args.rounds} and {args.trials}")
         if args.sample is not None and args.sample < 1:
             raise ValueError(f"picks_ab: --sample must be >= 1, got {args.sample}")
+        if args.precision == "ieee" and args.dtype != "float32":
+            raise ValueError(f"picks_ab: --precision ieee needs --dtype float32, got --dtype {args.dtype}")
         dumps = []
         for path in (args.before, args.after):
             try:
@@ -206,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpu not in held:
             raise ValueError(f"picks_ab: the dumps hold no picks for {args.gpu!r} (they hold {held}): "
                              "name one with --gpu")
-        timeable, other = moved(*dumps, args.gpu, args.dtype)
+        timeable, other = moved(*dumps, args.gpu, args.dtype, args.precision)
     except ValueError as error:
         print(str(error).splitlines()[0], file=sys.stderr)
         return 2

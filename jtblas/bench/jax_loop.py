@@ -65,11 +65,19 @@ def xla_dot(shape) -> Callable:
 
     dims = dimension_numbers(shape)
     out = jnp.dtype(shape.dtype)
+    precision = _precision(shape)
 
     def dot(a, b):
-        return jax.lax.dot_general(a, b, dims, preferred_element_type=out)
+        return jax.lax.dot_general(a, b, dims, precision=precision, preferred_element_type=out)
 
     return dot
+
+
+def _precision(shape):
+    """The JAX `precision` of the shape's input precision: None (the default) or HIGHEST ("ieee")."""
+    import jax
+
+    return jax.lax.Precision.HIGHEST if shape.precision == "ieee" else None
 
 
 def jtblas_dot(shape, config=None) -> Callable:
@@ -81,12 +89,14 @@ def jtblas_dot(shape, config=None) -> Callable:
 
     import jtblas
 
+    precision = _precision(shape)
     if shape.batch > 1 and config is None:
         dims = dimension_numbers(shape)
-        return lambda a, b: jtblas.dot_general(a, b, dims)
+        return lambda a, b: jtblas.dot_general(a, b, dims, precision=precision)
 
     def dot(a, b):
-        return jtblas.matmul(a, b, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b, config=config)
+        return jtblas.matmul(a, b, transpose_a=shape.transpose_a, transpose_b=shape.transpose_b, precision=precision,
+                             config=config)
 
     return jax.vmap(dot) if shape.batch > 1 else dot
 

@@ -35,6 +35,9 @@ class Shape:
     dtype: str
     quick: bool = False
     batch: int = 1
+    # The fp32 product's input precision: "tf32" (JAX's default precision) or "ieee"
+    # (`jax.lax.Precision.HIGHEST`, fp32 on the FMA units); the shape sets are at the default.
+    precision: str = "tf32"
 
     @property
     def group(self) -> str:
@@ -63,13 +66,15 @@ class Shape:
         return Problem(
             m=self.m, n=self.n, k=self.k, dtype=self.dtype, out_dtype=self.dtype,
             transpose_a=self.transpose_a, transpose_b=self.transpose_b, batch=self.batch,
+            input_precision=self.precision,
         )
 
     def key(self) -> str:
         """Identity of the GEMM itself (names may repeat a shape): `MxNxK dtype layout`, with
         `B x ` in front for a batch of B products."""
         batch = f"{self.batch} x " if self.batch > 1 else ""
-        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"
+        precision = " ieee" if self.precision == "ieee" else ""
+        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}{precision}"
 
 
 def parse_row(row: dict[str, str], set_name: str) -> Shape:

@@ -5,6 +5,8 @@ batched plans listed as not timed); its summary's arithmetic; bad arguments exit
 
 import json
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from tests.reference import load_script
@@ -155,3 +157,26 @@ def test_fp32_variants_are_timed_with_dtype(picks_ab):
     assert [(t.key, t.shape.dtype, t.after) for t in timeable] == [(first, "float32", "128x128x32 w8 s3 g8")]
     assert other == []
 
+
+
+def test_ieee_variants_are_timed_with_precision(picks_ab, capsys):
+    """`--dtype float32 --precision ieee` compares the dumps' fp32 variants at "ieee" (keys `...
+    float32 ... ieee`), shapes at that precision (their products `Precision.HIGHEST` for jtblas
+    and XLA); `--precision ieee` alone is a one-line error."""
+    from jtblas.bench import jax_loop
+
+    keys = picks_ab.corpus_keys("h100", "float32", "ieee")
+    assert keys and all(" float32 " in key and key.endswith(" ieee") for key in keys)
+    shape = next(iter(keys.values()))
+    assert shape.precision == "ieee" and shape.problem().input_precision == "ieee" and shape.key().endswith(" ieee")
+    before = {key: {"pick": "64x64x64 w4 s2 g8"} for key in keys}
+    after = {key: dict(value) for key, value in before.items()}
+    first = next(iter(keys))
+    after[first]["pick"] = "64x64x64 w8 s2 g8"
+    timeable, other = picks_ab.moved(before, after, "h100", "float32", "ieee")
+    assert [(t.key, t.shape.precision) for t in timeable] == [(first, "ieee")] and other == []
+    a = jax.ShapeDtypeStruct((shape.k, shape.m) if shape.transpose_a else (shape.m, shape.k), jnp.float32)
+    b = jax.ShapeDtypeStruct((shape.n, shape.k) if shape.transpose_b else (shape.k, shape.n), jnp.float32)
+    assert "HIGHEST" in str(jax.make_jaxpr(jax_loop.xla_dot(shape))(a, b))
+    assert picks_ab.main(["before.json", "after.json", "--precision", "ieee"]) == 2
+    assert capsys.readouterr().err == "picks_ab: --precision ieee needs --dtype float32, got --dtype None\n"
