@@ -158,13 +158,15 @@ def registers_per_thread(config: Config) -> int:
 # in registers, and more as block_k grows: Triton's FMA lowering unrolls a K step's
 # accumulators × block_k multiply-adds with their A and B values live. sm_90a, `ptxas -v` on our
 # Triton 3.6 kernel (2026-12-07; the H100's 71 FMA tiles for 4096^3 at their fewest stages): 8-64
-# accumulators per thread at accumulators × block_k ≤ 4096 took 48-240 registers (a few with 4-12
-# bytes of spills); 128 accumulators spilled 80-1,300 bytes in 11 tiles of 12 (128x256x16 w8: 255
-# registers, none), 64 at block_k 128 972 and 1,224. Before these limits (and
-# `MAX_FMA_NARROW_COPIES_PER_THREAD`) 258 of the model's H100 and H200 plans for the corpus in
-# fp32 "ieee" spilled, up to 3,476 bytes.
+# accumulators per thread took 48-240 registers; 128 accumulators spilled 80-1,300 bytes in 11
+# tiles of 12 (128x256x16 w8: 255 registers, none); at accumulators × block_k = 4096, 64x128x128
+# and 128x64x128 w4 spilled 972 and 1,224 bytes, 64x32x256 w4 over a K tail (TN 768x2304x6304)
+# 1,092, other layouts 4-68; at 2048, 16 bytes at most (four tiles in the four layouts at 2 and
+# 3 stages: 32 compiles). Before these limits (and `MAX_FMA_NARROW_COPIES_PER_THREAD`) 258 of the model's H100
+# and H200 plans for the corpus in fp32 "ieee" spilled, up to 3,476 bytes; a limit of 4096 rather
+# than 2048 is predicted 0.3% faster at most, on 226 plans.
 MAX_FMA_ACCUMULATORS_PER_THREAD = 64
-MAX_FMA_PRODUCTS_PER_THREAD = 4096
+MAX_FMA_PRODUCTS_PER_THREAD = 2048
 
 
 def fma_tile_spills(block_m, block_n, block_k, num_warps):
