@@ -338,10 +338,10 @@ MAX_NARROW_COPIES_PER_THREAD = 64
 # (`fma_tile_spills`). sm_90a, `ptxas -v`, Triton 3.6 (2026-12-07, the model's FMA picks for the
 # corpus in fp32 "ieee" on the H100 and the H200): 64x128x64 and 128x64x64 w4 with 48 or 64
 # four- and eight-byte copies per thread per stage spilled 252-976 bytes, 128x128x64 w8 with 64
-# spilled 124; with 32 or fewer, the new picks (H100, H200 and, for sm_80, A100) spill 120 bytes
-# at most, 20 or fewer in 323 distinct compiles of 327 (where 32 copies meet 4096
-# multiply-adds, up to 204 bytes: 64x64x128 w4). A limit of 16 moved 1-16-token lm-head dx picks
-# off 16x64x32 tiles (8 accumulators) predicted up to 1.97x slower: not taken.
+# spilled 124. With this limit and `fma_tile_spills`, the picks (H100, H200 and, for sm_80, A100;
+# 317 distinct compiles) spill 56 bytes at most, 20 or fewer in all but one. A limit of 16 moved
+# 1-16-token lm-head dx picks off 16x64x32 tiles (8 accumulators) predicted up to 1.97x slower:
+# not taken.
 MAX_FMA_NARROW_COPIES_PER_THREAD = 32
 
 
