@@ -158,7 +158,6 @@ def test_fp32_variants_are_timed_with_dtype(picks_ab):
     assert other == []
 
 
-
 def test_ieee_variants_are_timed_with_precision(picks_ab, capsys):
     """`--dtype float32 --precision ieee` compares the dumps' fp32 variants at "ieee" (keys `...
     float32 ... ieee`), shapes at that precision (their products `Precision.HIGHEST` for jtblas

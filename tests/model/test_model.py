@@ -161,7 +161,7 @@ def test_fma_tiles_keep_their_registers_within_what_ptxas_holds(gpu):
     """fp32 with input_precision "ieee" runs on the FMA units, whose tiles hold about twice their
     accumulators in registers (`resources.fma_tile_spills`; the compiler side is held in
     tests/ops/test_cuda_lowering.py): no FMA candidate has more than 64 accumulators per thread or
-    64 x 64 multiply-adds per thread per K step, the fast enumeration still equals the rules, and
+    2048 multiply-adds per thread per K step, the fast enumeration still equals the rules, and
     tf32 keeps the 128-accumulator tiles. Misaligned rows' narrow copies keep to the FMA tile's
     lower limit (`resources.MAX_FMA_NARROW_COPIES_PER_THREAD`)."""
     hw = hardware.get(gpu)
