@@ -99,6 +99,14 @@ class Constants:
         (2026-12-07, torch launches in a CUDA graph) each further tile per SM of 128x128x64 w4 s4
         at K = 128 cost 3.09 µs where the model without it gave 2.62; through JAX the same day an
         8192x8192xK sweep showed 0.33-0.40 µs a program at K ≤ 256.
+      transposed_copy_bytes_per_clock: shared memory's rate (bytes/clock per SM) for the copies a
+        tf32 wgmma tile of the pointer kernel writes transposed (`resources.transposed_operands`:
+        an fp32 operand stored M- or N-major, which tf32 wgmma reads K-major): one 4-byte bank
+        word per clock, a warp's 32 lanes writing 32 rows of the K-major stage buffer one bank
+        after another. Measured on the H100 through JAX (2026-12-07, 16 fp32 NN and TN products,
+        the pick timed beside XLA): such tiles moved their transposed operand's bytes at 3.2-6.4
+        bytes per clock per SM (6304x1024x1024 NN, 64x256x16 w4 s5: 381 µs, 7.1x the prediction
+        without this rate; 6400x1600x8192 TN, 128x128x32 w8 s5: 3563 µs, 6.8x).
     """
 
     memory_latency_seconds: float = 1000 * NANO
@@ -118,6 +126,7 @@ class Constants:
     narrow_loads_in_flight: float = 7.0
     epilogue_warps_per_scheduler: float = 2.0
     program_start_seconds: float = 470 * NANO
+    transposed_copy_bytes_per_clock: float = 4.0
 
 
 DEFAULT_CONSTANTS = Constants()

@@ -381,7 +381,11 @@ def _launch_batched(a: jax.Array, b: jax.Array, static: _Static, *, bias: jax.Ar
             a = a.astype(problem.dtype)
         if plan.convert_b:
             b = b.astype(problem.dtype)
-        if plan.transpose_b:  # B [.., N, K] copied into [.., K, N] (the pad below fuses with it)
+        # An operand copied transposed (the pad below fuses with it): B [.., N, K] into [.., K, N],
+        # or in tf32 A [.., K, M] into [.., M, K] and B [.., K, N] into [.., N, K].
+        if plan.transpose_a:
+            a = jnp.swapaxes(a, 1, 2)
+        if plan.transpose_b:
             b = jnp.swapaxes(b, 1, 2)
     else:  # checked here, per launched problem: batching may have folded more rows into M
         if static.repack in ("always", "strides") and not problem.gated:  # a padded B would move the gated pairs

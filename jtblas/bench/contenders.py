@@ -179,15 +179,17 @@ def repack_plan(problem: Problem):
 def repacked_launcher(ops: TorchOperands, plan) -> Callable[[int], object]:
     """launch(i): what `jtblas.matmul` runs for a repacking `jtblas.model.ProductPlan`: the misaligned
     operands copied into zero-padded buffers (K and the leading dimension rounded up; the padding
-    is zeroed once, as the copies never touch it; a B stored [N, K] maybe transposed into
-    [K, N]), then the kernel on the padded problem, and, if M or N was padded, C's slice copied
-    out of the padded C. The copies are part of the timed product."""
+    is zeroed once, as the copies never touch it; an operand maybe transposed: `ProductPlan`),
+    then the kernel on the padded problem, and, if M or N was padded, C's slice copied out of the
+    padded C. The copies are part of the timed product."""
     from jtblas.model import repack
 
     torch = ops.torch
     problem, kernel_problem = plan.problem, plan.kernel_problem
-    # What is copied: A as stored; B as stored, or B [N, K] transposed into [K, N].
-    sources = dict(a=ops.a, b=[x.t() for x in ops.b] if plan.transpose_b else ops.b)
+    # What is copied: A and B as stored, or transposed (B [N, K] into [K, N], or in tf32 A [K, M]
+    # into [M, K] and B [K, N] into [N, K]).
+    sources = dict(a=[x.t() for x in ops.a] if plan.transpose_a else ops.a,
+                   b=[x.t() for x in ops.b] if plan.transpose_b else ops.b)
 
     def padded_copies(operand, pad):
         if not pad:

@@ -43,7 +43,7 @@ def plan_rows(shapes, hardware) -> list[dict]:
         rows.append(dict(
             name=shape.name, set=shape.set, shape=shape.key().replace(f" {shape.dtype}", ""),
             dtype=shape.dtype, config=plan.config.short(), config_fields=dataclasses.asdict(plan.config),
-            repacked="A" * plan.pad_a + "B" * plan.pad_b + "ᵀ" * plan.transpose_b,
+            repacked=plan.copies,
             predicted_seconds=plan.predicted_seconds, tflops=shape.flops / plan.predicted_seconds / 1e12,
             bound=estimate.bound, select_s=select_s,
         ))

@@ -64,7 +64,7 @@ def plan_of(shape: Shape, hardware, problem: Problem | None = None) -> dict:
     start = time.perf_counter()
     plan = model.plan_for_problem(problem or shape.problem(), hardware)
     select_s = time.perf_counter() - start
-    copies = "A" * plan.pad_a + "B" * plan.pad_b + "ᵀ" * plan.transpose_b
+    copies = plan.copies
     return dict(config=plan.config.short(), repack=copies or None, predicted_s=plan.predicted_seconds,
                 select_s=select_s, reason=plan.reason)
 

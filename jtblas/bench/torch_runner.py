@@ -391,7 +391,7 @@ class Runner:
             repack = plan.repack if extra and "select_s" in extra else None
             if repack is not None:  # the model's pick copies operands first: time copies + kernel
                 launch = C.repacked_launcher(ops, repack)
-                entry.update(repacked="A" * repack.pad_a + "B" * repack.pad_b + "ᵀ" * repack.transpose_b,
+                entry.update(repacked=repack.copies,
                              method_note=repack.reason)
                 entry["seconds"] = careful(launch)
                 entry["method"] = self.timer.last_method
@@ -456,8 +456,9 @@ class Runner:
                 self.jax_triton_error = c["error"]
             c["config_short"] = plan.pick.short()
         ours_entry = cont.get("jtblas") or {}
-        if plan.repack is not None and plan.repack.transpose_b and _ok(ours_entry) and self.jax_ok:
-            # The transposed copy of B: torch's copy_ from a transposed view streams at a fraction
+        transposes = plan.repack is not None and (plan.repack.transpose_a or plan.repack.transpose_b)
+        if transposes and _ok(ours_entry) and self.jax_ok:
+            # A transposed copy: torch's copy_ from a transposed view streams at a fraction
             # of the bandwidth XLA's transpose reaches (4096x4096x14336 NT on the H200: 1032 µs
             # emulated, 620 µs through jax.jit), so the pick is timed as jtblas.matmul runs it.
             through_jax = cont.get("jtblas_jax") or self._jax(shape, {"ours": C.jtblas_dot(shape, None)}, nbuf,

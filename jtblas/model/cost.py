@@ -556,8 +556,15 @@ def estimate_arrays(c: candidates.Candidates, problem: Problem, hardware: Hardwa
                         if swapped else (row_bytes, column_bytes))
     swizzle_a = np.minimum(1.0, (bm if problem.transpose_a else bk) * a_element / constants.swizzle_bytes)
     swizzle_b = np.minimum(1.0, (bk if problem.transpose_b else bn) * b_element / constants.swizzle_bytes)
-    smem_traffic = (a_reads + a_step) / swizzle_a + (b_reads + b_step) / swizzle_b
-    step_smem = smem_traffic / (constants.smem_bytes_per_clock * clock)
+    # A tf32 wgmma tile of the pointer kernel writes an operand stored M- (N-) major into its stage
+    # buffer transposed, a bank word per clock (`Constants.transposed_copy_bytes_per_clock`).
+    transposing = wgmma & ~tma
+    transposed_a, transposed_b = (transposing & flag for flag in resources.transposed_operands(problem))
+    smem_traffic = ((a_reads + np.where(transposed_a, 0, a_step)) / swizzle_a
+                    + (b_reads + np.where(transposed_b, 0, b_step)) / swizzle_b)
+    transposed_writes = np.where(transposed_a, a_step, 0) + np.where(transposed_b, b_step, 0)
+    step_smem = (smem_traffic / (constants.smem_bytes_per_clock * clock)
+                 + transposed_writes / (constants.transposed_copy_bytes_per_clock * clock))
     vector_a = _vector_bytes_arrays(c, problem, "a", tma, shift_a, phase_width, constants)
     vector_b = _vector_bytes_arrays(c, problem, "b", tma, shift_b, phase_width, constants)
     step_load = (a_loaded * full / vector_a + b_step * full / vector_b) / load_port

@@ -12,7 +12,11 @@ kernel on zero-padded copies at 580-700 (H200, 2026-11-30). `plan_for_problem` w
 and repacks only when repacked < (1 − REPACK_MIN_GAIN) · plain. On a wgmma GPU, a B stored
 [N, K] (transpose_b) may also be copied transposed, into [K, N]: the kernel then runs the NN (TN)
 layout, whose tensor cores are not slowed as NT's are (`Constants.k_major_b_efficiency`), for the
-price of one copy of B (TT is not slowed, so the model copies it only to pad).
+price of one copy of B (TT is not slowed, so the model copies it only to pad). In tf32 it is the
+other way round: a wgmma tile copies an fp32 operand stored M- or N-major (A [K, M], B [K, N])
+into shared memory transposed, a bank word per clock (`resources.transposed_operands`,
+`Constants.transposed_copy_bytes_per_clock`), so such an operand may be copied transposed first,
+into [M, K] ([N, K]), for the NT kernel.
 
 A copied operand is zero-padded with its padded axes rounded up to PAD_MULTIPLE elements: K (so
 the product is unchanged; K is shared, so padding K copies both operands) and the contiguous axis.
@@ -25,7 +29,8 @@ sliced to the caller's shape, one more copy in the cost:
     copy(C) = (padded C bytes read + C bytes written) / DRAM bandwidth + one launch
 
 Aligned problems (every operand loaded at full width by the best plain config) without a K-major
-B on a wgmma GPU are planned without ranking anything else: their `ProductPlan` is the plain selection.
+B on a wgmma GPU, or in tf32 without an M- or N-major operand, are planned without ranking
+anything else: their `ProductPlan` is the plain selection.
 `candidates()` is always the caller's problem's space (what the exhaustive search times).
 
 Pure Python: no JAX, no Triton.
@@ -55,8 +60,8 @@ REPACK_MIN_GAIN = 0.05
 # How a repack decision can be overridden (tests and experiments only, never the default):
 # "auto" lets the model decide, "always" pads every axis it can (K and both leading dimensions,
 # M or N with them: C computed padded), "strides" the same but keeping the caller's M and N,
-# "transpose" copies a B stored [N, K] transposed (padding K if it must), "never" keeps the plain
-# kernel.
+# "transpose" copies a B stored [N, K] transposed, and in tf32 an operand stored M- or N-major
+# (padding K if it must), "never" keeps the plain kernel.
 REPACK_MODES = ("auto", "always", "strides", "transpose", "never")
 
 
@@ -76,8 +81,9 @@ class ProductPlan:
         caller's shape.
       config: the kernel's config for `kernel_problem` (what `jtblas.select` returns).
       pad_a, pad_b: A (B) is copied into a zero-padded [rows, lda] buffer before the launch.
-      transpose_b: B, stored [N, K], is copied transposed into [K, N] (with pad_b): the kernel
-        problem has transpose_b False.
+      transpose_a, transpose_b: A (B) is copied transposed (with pad_a, pad_b): A [K, M] into
+        [M, K]; B [N, K] into [K, N], or in tf32 [K, N] into [N, K]. The kernel problem's
+        transpose_a (transpose_b) is the caller's flipped.
       convert_a, convert_b: A (B), stored in another dtype than the compute dtype, is converted
         to it first (a copy); the kernel problem has no `a_dtype` (`b_dtype`).
       predicted_seconds: the kernel's predicted time plus `copy_seconds`.
@@ -91,6 +97,7 @@ class ProductPlan:
     config: Config
     pad_a: bool = False
     pad_b: bool = False
+    transpose_a: bool = False
     transpose_b: bool = False
     convert_a: bool = False
     convert_b: bool = False
@@ -103,6 +110,13 @@ class ProductPlan:
     @property
     def repacks(self) -> bool:
         return self.pad_a or self.pad_b
+
+    @property
+    def copies(self) -> str:
+        """The copied operands in short: "A", "B", "AB", each with "ᵀ" where copied transposed
+        ("" without repacking)."""
+        return "".join(name + "ᵀ" * flipped for name, padded, flipped in
+                       (("A", self.pad_a, self.transpose_a), ("B", self.pad_b, self.transpose_b)) if padded)
 
     @property
     def c_padded(self) -> bool:
@@ -132,20 +146,23 @@ def misaligned(problem: Problem, config: Config, hardware: Hardware) -> tuple[bo
                  for operand, shift in zip(("a", "b"), shifted))
 
 
-def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool,
+def padded_problem(problem: Problem, *, pad_a: bool, pad_b: bool, pad_k: bool, transpose_a: bool = False,
                    transpose_b: bool = False, pad_c: bool = True) -> Problem:
     """The kernel problem after copying A and/or B with their padded axes rounded up to
     PAD_MULTIPLE (K, zero-filled, only if `pad_k`, which needs both operands copied; a copied
     operand's contiguous axis). `pad_c`: where that axis is M or N, M (N) grows with it and C is
     computed padded (sliced to the caller's shape); otherwise M and N stay the caller's and only
     the row stride is padded (the kernel wraps its offsets there: `resources.padded_rows`).
-    `transpose_b`: B [N, K] is copied into [K, N] (the layout loses its transposed B; needs `pad_b`)."""
+    `transpose_a` (`transpose_b`): A (B) is copied transposed, its layout flipped ([K, M] into
+    [M, K] or back; needs `pad_a`, `pad_b`)."""
     if pad_k and not (pad_a and pad_b):
         raise ValueError("padding K copies both operands")
-    if transpose_b:
-        if not (pad_b and problem.transpose_b):
-            raise ValueError("transposing B copies a B stored [N, K] (transpose_b)")
-        problem = dataclasses.replace(problem, transpose_b=False, ldb=0)
+    if (transpose_a and not pad_a) or (transpose_b and not pad_b):
+        raise ValueError("transposing an operand copies it (pad_a with transpose_a, pad_b with transpose_b)")
+    if transpose_a or transpose_b:
+        problem = dataclasses.replace(problem, transpose_a=problem.transpose_a != transpose_a,
+                                      transpose_b=problem.transpose_b != transpose_b,
+                                      lda=0 if transpose_a else problem.lda, ldb=0 if transpose_b else problem.ldb)
     k = round_up(problem.k) if pad_k else problem.k
     lda = round_up(problem.m if problem.transpose_a else k) if pad_a else 0
     ldb = round_up(k if problem.transpose_b else problem.n) if pad_b else 0
@@ -182,19 +199,22 @@ def slice_seconds(problem: Problem, kernel_problem: Problem, hardware: Hardware)
 
 
 def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
-             hardware: Hardware) -> list[tuple[bool, bool, bool, bool, bool]]:
-    """(pad_a, pad_b, pad_k, transpose_b, pad_c) repack options worth ranking. K whose bytes are
-    not a multiple of 16 is padded (both operands copied); otherwise each narrow operand may be
-    copied alone, or both. A B stored [N, K] on a wgmma GPU may be copied transposed as well.
+             hardware: Hardware) -> list[tuple[bool, bool, bool, bool, bool, bool]]:
+    """(pad_a, pad_b, pad_k, transpose_a, transpose_b, pad_c) repack options worth ranking. K
+    whose bytes are not a multiple of 16 is padded (both operands copied); otherwise each narrow
+    operand may be copied alone, or both. On a wgmma GPU a B stored [N, K] may be copied
+    transposed as well, and in tf32 the operands stored M- or N-major (`resources.transposed_operands`).
     Where a copy pads M or N, C is computed at the caller's shape (its rows as misaligned as the
     caller's N makes them) or padded and sliced: both are ranked."""
     if mode in ("always", "strides"):
-        return [(True, True, problem.k % PAD_MULTIPLE != 0, False, mode == "always")]
+        return [(True, True, problem.k % PAD_MULTIPLE != 0, False, False, mode == "always")]
     if mode == "never":
         return []
     pad_k = any(problem.k * element % 16 != 0 for element in (problem.a_bytes, problem.b_bytes))
+    transposed_a, transposed_b = resources.transposed_operands(problem)
     if mode == "transpose":
-        return [(pad_k, True, pad_k, True, True)] if problem.transpose_b else []
+        flip_a, flip_b = transposed_a, transposed_b or problem.transpose_b
+        return [(flip_a or pad_k, flip_b or pad_k, pad_k, flip_a, flip_b, True)] if flip_a or flip_b else []
     options = []
     if any(narrow):
         if pad_k:
@@ -202,18 +222,21 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
         else:
             singles = [(a, b, False) for a, b in ((True, False), (False, True)) if narrow[0 if a else 1]]
             options = singles + ([(True, True, False)] if len(singles) == 2 else [])
-    options = [(*option, False) for option in options]
+    options = [(*option, False, False) for option in options]
     if problem.transpose_b and hardware.wgmma:
-        options.append((pad_k or narrow[0], True, pad_k, True))
+        options.append((pad_k or narrow[0], True, pad_k, False, True))
+    if (transposed_a or transposed_b) and hardware.wgmma:
+        options.append((transposed_a or pad_k or narrow[0], transposed_b or pad_k or narrow[1], pad_k,
+                        transposed_a, transposed_b))
     return [(*option, pad_c) for option in options for pad_c in (False, True)
             if not pad_c or _grows(problem, *option)]
 
 
-def _grows(problem: Problem, pad_a: bool, pad_b: bool, pad_k: bool, transpose_b: bool) -> bool:
-    """Whether the copies pad M or N (a copied operand's contiguous axis, not a multiple of
-    PAD_MULTIPLE)."""
-    return ((pad_a and problem.transpose_a and problem.m % PAD_MULTIPLE != 0)
-            or (pad_b and (transpose_b or not problem.transpose_b) and problem.n % PAD_MULTIPLE != 0))
+def _grows(problem: Problem, pad_a: bool, pad_b: bool, pad_k: bool, transpose_a: bool, transpose_b: bool) -> bool:
+    """Whether the copies pad M or N (a copied operand's contiguous axis, as the kernel reads it,
+    not a multiple of PAD_MULTIPLE)."""
+    return ((pad_a and problem.transpose_a != transpose_a and problem.m % PAD_MULTIPLE != 0)
+            or (pad_b and problem.transpose_b == transpose_b and problem.n % PAD_MULTIPLE != 0))
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
@@ -273,9 +296,9 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
                   else "repacking turned off")
         return dataclasses.replace(best, reason=reason)
     candidates = []
-    for pad_a, pad_b, pad_k, transpose_b, pad_c in options:
-        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k, transpose_b=transpose_b,
-                                pad_c=pad_c)
+    for pad_a, pad_b, pad_k, transpose_a, transpose_b, pad_c in options:
+        kernel = padded_problem(problem, pad_a=pad_a, pad_b=pad_b, pad_k=pad_k, transpose_a=transpose_a,
+                                transpose_b=transpose_b, pad_c=pad_c)
         # The copies live beside the caller's operands until the product is done.
         if resources.footprint_bytes(problem) + resources.footprint_bytes(kernel) > hardware.memory_bytes:
             continue
@@ -284,23 +307,32 @@ def _plan_as_stored(problem: Problem, hardware: Hardware, mode: str) -> ProductP
                      for operand, padded in (("a", pad_a), ("b", pad_b)) if padded)
         copies += slice_seconds(problem, kernel, hardware)
         candidates.append(dataclasses.replace(
-            best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b, transpose_b=transpose_b,
+            best, kernel_problem=kernel, config=win.config, pad_a=pad_a, pad_b=pad_b, transpose_a=transpose_a,
+            transpose_b=transpose_b,
             predicted_seconds=win.predicted_seconds + copies, copy_seconds=copies,
         ))
     if not candidates:
         return dataclasses.replace(best, reason="the padded copies would not fit beside the operands in device memory")
-    repacked = min(candidates, key=lambda p: (p.predicted_seconds, p.transpose_b))
+    repacked = min(candidates, key=lambda p: (p.predicted_seconds, p.transpose_a + p.transpose_b))
     which = " and ".join(name for name, padded in (("A", repacked.pad_a), ("B", repacked.pad_b)) if padded)
-    if repacked.transpose_b:
-        which += " (B transposed to [K, N])"
-    why = _narrow_words(narrow) if any(narrow) else "B is K-major (stored [N, K]), slower on the tensor cores"
+    flipped = [f"{name} to {shape}" for name, flag, shape in
+               (("A", repacked.transpose_a, "[M, K]" if problem.transpose_a else "[K, M]"),
+                ("B", repacked.transpose_b, "[N, K]" if not problem.transpose_b else "[K, N]")) if flag]
+    if flipped:
+        which += f" ({' and '.join(flipped)}, transposed)"
+    transposed = [f"{name} stored {shape}" for name, flag, shape in
+                  zip("AB", resources.transposed_operands(problem), ("[K, M]", "[K, N]")) if flag]
+    why = (_narrow_words(narrow) if any(narrow)
+           else f"tf32 wgmma tiles copy {' and '.join(transposed)} transposed, a bank word per clock" if transposed
+           else "B is K-major (stored [N, K]), slower on the tensor cores")
     words = (f"{why}; copying {which} to run {repacked.kernel_problem.short()} predicts "
              f"{_us(repacked.predicted_seconds)} ({_us(repacked.predicted_seconds - repacked.copy_seconds)} "
              f"kernel + {_us(repacked.copy_seconds)} copies) against {_us(plain.predicted_seconds)} plain "
              f"({plain.config.short()})")
     # The same copies with C the other way (kept at the caller's shape, or padded and sliced).
-    twins = [p for p in candidates if (p.pad_a, p.pad_b, p.transpose_b) == (repacked.pad_a, repacked.pad_b,
-                                                                            repacked.transpose_b)
+    twins = [p for p in candidates
+             if (p.pad_a, p.pad_b, p.transpose_a, p.transpose_b) == (repacked.pad_a, repacked.pad_b,
+                                                                     repacked.transpose_a, repacked.transpose_b)
              and p.c_padded != repacked.c_padded]
     if twins:
         twin = min(twins, key=lambda p: p.predicted_seconds)

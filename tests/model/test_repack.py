@@ -298,8 +298,83 @@ def test_model_transposes_a_k_major_b_when_it_pays():
     assert not with_tma.repacks and with_tma.config.tma
     assert not plan(4096, 4096, 14336, "NT", gpu="a100").transpose_b  # mma.sync: no K-major penalty
     assert not plan(4096, 4096, 14336, "NN").repacks
-    with pytest.raises(ValueError, match="transpose"):
-        repack.padded_problem(Problem(m=8, n=8, k=8), pad_a=False, pad_b=True, pad_k=False, transpose_b=True)
+    with pytest.raises(ValueError, match="transposing an operand copies it"):
+        repack.padded_problem(Problem(m=8, n=8, k=8, transpose_b=True), pad_a=False, pad_b=False, pad_k=False,
+                              transpose_b=True)
+
+
+def tf32_plan(m, n, k, layout, gpu="h100", precision="tf32"):
+    problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32", input_precision=precision,
+                      transpose_a=layout[0] == "T", transpose_b=layout[1] == "T")
+    return repack.plan_for_problem(problem, hardware.get(gpu))
+
+
+def test_transposed_tf32_copies_are_priced_at_a_bank_word_per_clock():
+    """A tf32 wgmma tile of the pointer kernel that copies B stored [K, N] transposed spends at least
+    B's stage bytes / (4 bytes per clock) of shared memory per K step; the same tile on B stored
+    [N, K], or in bf16, far less."""
+    h100 = hardware.get("h100")
+    config = jtblas.Config(block_m=64, block_n=256, block_k=32, num_warps=4, num_stages=5, group_m=8)
+    nn, nt = (Problem(m=6304, n=1024, k=1024, dtype="float32", out_dtype="float32", transpose_b=t)
+              for t in (False, True))
+    b_stage = 32 * 256 * 4
+    clock = h100.clock_hz
+    transposed = cost.estimate(config, nn, h100)
+    assert transposed.step_smem >= b_stage / (h100.model_constants().transposed_copy_bytes_per_clock * clock)
+    assert transposed.step_smem > 8 * cost.estimate(config, nt, h100).step_smem
+    bf16 = dataclasses.replace(nn, dtype="bfloat16", out_dtype="bfloat16")
+    assert transposed.step_smem > 8 * cost.estimate(config, bf16, h100).step_smem
+
+
+def test_model_copies_tf32_operands_k_major_when_it_pays():
+    """tf32 on Hopper: a B stored [K, N] (and an A stored [K, M]) that a wgmma tile would copy
+    transposed, a bank word per clock, is copied into [N, K] ([M, K]) first for the NT kernel where
+    that pays: NN and TN at thousands of rows; never for NT (already K-major), not for a decode
+    product (an mma.sync tile copies B at full width), not in "ieee" precision (FMA tiles), not on
+    the A100 (mma.sync reads both layouts)."""
+    nn = tf32_plan(6304, 1024, 1024, "NN")
+    assert nn.pad_b and nn.transpose_b and not nn.pad_a and not nn.transpose_a
+    assert nn.kernel_problem.transpose_b and not nn.kernel_problem.transpose_a and nn.kernel_problem.k == 1024
+    assert nn.copies == "Bᵀ" and "transposed" in nn.reason
+    assert nn.predicted_seconds < (1 - repack.REPACK_MIN_GAIN) * nn.plain_seconds
+    tn = tf32_plan(1024, 1024, 8192, "TN")
+    assert tn.transpose_a and tn.transpose_b and tn.copies == "AᵀBᵀ"
+    assert not tn.kernel_problem.transpose_a and tn.kernel_problem.transpose_b
+    nt = tf32_plan(6304, 1024, 1024, "NT")
+    assert not nt.transpose_a and not nt.transpose_b
+    assert not tf32_plan(4, 768, 3072, "NN").repacks
+    assert not tf32_plan(6304, 1024, 1024, "NN", precision="ieee").repacks
+    assert not tf32_plan(6304, 1024, 1024, "NN", gpu="a100").repacks
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "TT"])
+@pytest.mark.parametrize("m,n,k", [(7, 13, 197), (64, 32, 128)])
+def test_tf32_transposed_copies_match_float64(m, n, k, layout, rng):
+    """fp32 in tf32 with its M- or N-major operands copied transposed (forced): NN copies B into
+    [N, K], TN A into [M, K] and B into [N, K], TT A (and B, stored [N, K], into [K, N]);
+    the values against float64, a vmapped B, and the gradients through the same plan."""
+    transpose_a, transpose_b = layout[0] == "T", layout[1] == "T"
+    a, b, reference = random_operands(rng, m, n, k, "float32", transpose_a=transpose_a, transpose_b=transpose_b)
+    run = product(transpose_a, transpose_b, config=None)
+    problem = Problem(m=m, n=n, k=k, dtype="float32", out_dtype="float32", transpose_a=transpose_a,
+                      transpose_b=transpose_b)
+    forced_plan = repack.plan_for_problem(problem, hardware.get("h100"), "transpose")
+    assert forced_plan.transpose_a == transpose_a and forced_plan.transpose_b
+    with ops.repack_mode("transpose"):
+        assert str(jax.make_jaxpr(run)(a, b)).count("transpose[") == 1 + transpose_a
+    out = forced(run, "transpose")(a, b)
+    assert out.shape == (m, n) and relative_error(out, reference) < tolerance("float32", "float32")
+    bs = jnp.stack([b, -2 * b])
+    vmapped = forced(jax.vmap(run, in_axes=(None, 0)), "transpose")(a, bs)
+    assert relative_error(vmapped[1], -2 * reference) < tolerance("float32", "float32")
+    loss = lambda f: lambda x, y: jnp.sum(jnp.sin(f(x, y)))
+    reference_fn = lambda x, y: jnp.matmul(x.T if transpose_a else x, y.T if transpose_b else y,
+                                           precision=jax.lax.Precision.HIGHEST)
+    with ops.repack_mode("transpose"):
+        grads = jax.jit(jax.grad(loss(run), argnums=(0, 1)))(a, b)
+    expected = jax.grad(loss(reference_fn), argnums=(0, 1))(a, b)
+    for got, want in zip(grads, expected):
+        assert relative_error(got, want) < 4 * tolerance("float32", "float32")
 
 
 def test_wrapped_offsets_limit_the_load_width():
