@@ -18,7 +18,10 @@ for jtblas and XLA alike). Both picks run as forced configs on the operands as s
 kernels are this checkout's: the change must be to the model alone), in the same jitted slope
 loop as XLA's dot, rounds in turn (`jtblas.bench.through_jax.time_product`; a batched product
 runs its config under `jax.vmap`, one launch). A plan that copies an operand first (repacking)
-cannot be forced so; those are listed as not timed. The dumps also hold the fused layers'
+cannot be forced so: where the pick after copies and the one before does not, and this checkout's
+model plans the pick after (the usual case: the checkout is the change), the pick after is timed
+as `jtblas.matmul` runs it (the model's whole plan, copies included, in the same loop); the
+others are listed as not timed. The dumps also hold the fused layers'
 products (`fused_layer.py`'s set, each with its bias, activation, residual or gate): a moved one
 is timed as that layer, its fused launch on each pick beside XLA's dot with the same epilogue in
 jnp. So do the fresh draw's products (`fresh_shapes.py`: shapes no change was tuned on), timed as
@@ -43,8 +46,9 @@ from jtblas.config import Config
 sys.path.insert(0, str(Path(__file__).parent))  # its neighbours fused_layer.py, fresh_shapes.py
 import fresh_shapes  # noqa: E402
 import fused_layer  # noqa: E402
+import select_latency  # noqa: E402
 
-REPACK_FLAGS = (" +A", " +B", " +Bt")
+REPACK_FLAGS = (" +A", " +B", " +At", " +Bt")
 
 
 class Moved(NamedTuple):
@@ -57,6 +61,7 @@ class Moved(NamedTuple):
     after: str
     layer: str | None = None
     activation: str | None = None
+    planned_after: bool = False  # the pick after repacks: timed as this checkout's model plans it
 
 
 def corpus_keys(gpu: str, dtype: str | None = None, precision: str = "tf32") -> dict[str, shapes.Shape]:
@@ -89,10 +94,12 @@ def fused_keys(gpu: str) -> dict[str, tuple[shapes.Shape, str, str | None]]:
 def moved(before: dict, after: dict, gpu: str, dtype: str | None = None,
           precision: str = "tf32") -> tuple[list[Moved], list[Moved]]:
     """(timeable, not timeable): every corpus product and fused layer's product on `gpu` whose
-    pick differs between the dumps; not timeable where either pick repacks an operand (forced
-    configs run none; a batched product runs its config under `jax.vmap`). Fused products count where both dumps hold
-    them (dumps older than 2026-12-06 do not), and so do the fresh draw's. With `dtype` (the
-    dumps' fp32 or fp16 variants), the corpus products in that dtype (at `precision`) only."""
+    pick differs between the dumps; not timeable where the pick before repacks an operand (forced
+    configs run none; a batched product runs its config under `jax.vmap`), nor where the pick
+    after does and this checkout's model, planning the product on `gpu`, does not pick it. Fused
+    products count where both dumps hold them (dumps older than 2026-12-06 do not), and so do the
+    fresh draw's. With `dtype` (the dumps' fp32 or fp16 variants), the corpus products in that
+    dtype (at `precision`) only."""
     found = [Moved(key, shape, "", "") for key, shape in corpus_keys(gpu, dtype, precision).items()]
     if dtype is None:
         found += [Moved(key, shape, "", "", layer, activation)
@@ -106,9 +113,21 @@ def moved(before: dict, after: dict, gpu: str, dtype: str | None = None,
         was, now = before[product.key]["pick"], after[product.key]["pick"]
         if was == now:
             continue
-        forced = not any(f in was or f in now for f in REPACK_FLAGS)
-        (timeable if forced else other).append(product._replace(before=was, after=now))
+        product = product._replace(before=was, after=now)
+        if not any(f in was or f in now for f in REPACK_FLAGS):
+            timeable.append(product)
+        elif not any(f in was for f in REPACK_FLAGS) and product.layer is None and planned_here(product, gpu):
+            timeable.append(product._replace(planned_after=True))
+        else:
+            other.append(product)
     return timeable, other
+
+
+def planned_here(product: Moved, gpu: str) -> bool:
+    """Whether this checkout's model plans `product` on `gpu` as its pick after."""
+    from jtblas import hardware, model
+
+    return select_latency.pick_of(model.plan_for_problem(product.shape.problem(), hardware.get(gpu))) == product.after
 
 
 def geomean(values: list[float]) -> float:
@@ -119,7 +138,8 @@ def contenders(product: Moved) -> dict:
     """XLA's dot and the product on each pick (a fused layer's with its epilogue, in jnp for XLA)."""
     from jtblas.bench import jax_loop
 
-    was, now = Config.from_short(product.before), Config.from_short(product.after)
+    was = Config.from_short(product.before)
+    now = None if product.planned_after else Config.from_short(product.after)  # None: the model's plan
     if product.layer is None:
         return {"xla": jax_loop.xla_dot(product.shape), "before": jax_loop.jtblas_dot(product.shape, was),
                 "after": jax_loop.jtblas_dot(product.shape, now)}
@@ -137,7 +157,7 @@ def time_moved(timeable: list[Moved], *, rounds: int, trials: int, log=print) ->
     hw = hardware.detect()
     records = []
     for product in timeable:
-        key, shape, was, now, layer, activation = product
+        key, shape, was, now, layer, activation, _ = product
         problem = None if layer is None else fused_layer.fused_problem(shape, layer, activation)
         record = through_jax.time_product([shape], l2_bytes=hw.l2_bytes, hardware=hw, rounds=rounds, trials=trials,
                                           dots=contenders(product), problem=problem)
@@ -221,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     fresh = set(fresh_keys(args.gpu))
     drawn = sum(product.key in fresh for product in timeable + other)
     print(f"{len(timeable) + len(other)} products moved on {args.gpu} ({drawn} of the fresh draw): "
-          f"{len(timeable)} to time, {len(other)} not timeable (repacked)")
+          f"{len(timeable)} to time ({sum(p.planned_after for p in timeable)} of them as the model plans them), "
+          f"{len(other)} not timeable (repacked)")
     for name, keys in (("fused layers", fused_keys(args.gpu)), ("the fresh draw", fresh)):
         if not all(any(key in dump for key in keys) for dump in dumps):
             print(f"  {name} not compared: a dump holds none (an older select_latency.py; run this one with "

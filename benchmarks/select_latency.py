@@ -69,6 +69,13 @@ def pick_problems():
     return problems
 
 
+def pick_of(plan: model.ProductPlan) -> str:
+    """A plan in short: its config, then " +A" and " +B" for padded copies, " +At" and " +Bt"
+    where copied transposed."""
+    flags = ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +At", plan.transpose_a), (" +Bt", plan.transpose_b))
+    return plan.config.short() + "".join(flag for flag, on in flags if on)
+
+
 def picks() -> dict[str, dict]:
     """`{gpu problem: {"pick": ..., "seconds": ..., "plain": ..., "plain_seconds": ...}}`."""
     result, problems = {}, pick_problems()
@@ -76,9 +83,8 @@ def picks() -> dict[str, dict]:
         target = hardware.get(gpu)
         for problem in problems:
             plan = model.plan_for_problem(problem, target)
-            flags = "".join(f for f, on in ((" +A", plan.pad_a), (" +B", plan.pad_b), (" +Bt", plan.transpose_b)) if on)
             result[f"{gpu} {problem.short()} {problem.input_precision}"] = {
-                "pick": plan.config.short() + flags, "seconds": plan.predicted_seconds,
+                "pick": pick_of(plan), "seconds": plan.predicted_seconds,
                 "plain": plan.plain_config.short(), "plain_seconds": plan.plain_seconds,
             }
     return result

@@ -1,7 +1,8 @@
 """benchmarks/picks_ab.py times what a model change moved: the corpus products, fused layers'
 products and the fresh draw's products (`benchmarks/fresh_shapes.py`) whose pick differs between
-two `select_latency.py --dump` files on one GPU description, forced configs only (repacked and
-batched plans listed as not timed); its summary's arithmetic; bad arguments exit with one line."""
+two `select_latency.py --dump` files on one GPU description, forced configs (a batched one under
+vmap), or a pick after that repacks as this checkout's model plans it (other repacked plans listed
+as not timed); its summary's arithmetic; bad arguments exit with one line."""
 
 import json
 
@@ -62,6 +63,28 @@ def test_a_moved_fused_layer_is_timed_as_that_layer(picks_ab, dumps):
     assert set(picks_ab.contenders(product)) == {"xla", "before", "after"}
 
 
+def test_a_pick_after_that_repacks_is_timed_as_the_model_plans_it(picks_ab):
+    """A moved product whose pick after copies an operand (here fp32 NN on the H100, B copied
+    transposed for the NT kernel) is timed as `jtblas.matmul` runs it where this checkout's model
+    plans that pick, and listed as not timed where it does not (another checkout's plan)."""
+    from jtblas import hardware, model
+
+    select_latency = load_script("benchmarks/select_latency.py")
+    keys = picks_ab.corpus_keys("h100", "float32")
+    key, shape = next((k, s) for k, s in keys.items()
+                      if s.layout == "NN" and model.plan_for_problem(s.problem(), hardware.get("h100")).transpose_b)
+    pick = select_latency.pick_of(model.plan_for_problem(shape.problem(), hardware.get("h100")))
+    assert pick.endswith(" +B +Bt")
+    before = {k: {"pick": "64x128x32 w4 s6 g8", "seconds": 1e-4} for k in keys}
+    after = {**before, key: {"pick": pick, "seconds": 1e-4}}
+    timeable, other = picks_ab.moved(before, after, "h100", "float32")
+    assert [t.key for t in timeable] == [key] and timeable[0].planned_after and not other
+    assert set(picks_ab.contenders(timeable[0])) == {"xla", "before", "after"}
+    after[key] = {"pick": "64x128x32 w4 s6 g8 +B", "seconds": 1e-4}
+    timeable, other = picks_ab.moved(before, after, "h100", "float32")
+    assert not timeable and [o.key for o in other] == [key]
+
+
 def test_summary_counts_and_geomeans(picks_ab):
     def record(xla, old, new):
         return {"contenders": {"xla": {"seconds": xla}, "before": {"seconds": old}, "after": {"seconds": new}}}
@@ -79,8 +102,8 @@ def test_list_names_every_moved_product(picks_ab, dumps, tmp_path, capsys):
         path.write_text(json.dumps(dump))
     assert picks_ab.main([str(paths[0]), str(paths[1]), "--gpu", "h200", "--list"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("4 products moved on h200 (0 of the fresh draw): 3 to time, 1 not timeable "
-                          "(repacked)")
+    assert out.startswith("4 products moved on h200 (0 of the fresh draw): 3 to time (0 of them as the model "
+                          "plans them), 1 not timeable (repacked)")
     assert all(key in out for key in (*plain, batched))
     assert "the fresh draw not compared: a dump holds none" in out
 
