@@ -130,6 +130,7 @@ QUICK = {
     "deepk": {"deepk256x256x65536", "deepk128x128x32768"},
     "batched": {"attention.scores.S128.D64.B4096", "moe.up.M64.E8"},
     "misaligned": {"misaligned.v32001.fwd.M16"},
+    "fp32": {"fp32.gpt2.up.fwd.T8192"},
 }
 
 
@@ -260,8 +261,30 @@ def misaligned():
     return rows
 
 
+# A Flax model with no `dtype` (fp32 parameters and inputs) runs its products in fp32, which JAX's
+# default precision computes in tf32 on the GPU: GPT-2's decode at 1 and 64 tokens and training
+# step, BERT-large's training step and ViT-B/16's inference batch, in float32.
+FP32_FAMILIES = {"gpt2": ("decode", "train"), "bert-large": ("train",), "vit-b16": ("inference",)}
+FP32_DECODE_TOKENS = (1, 64)
+
+
+def fp32():
+    rows = []
+    for family in FAMILIES:
+        regimes = FP32_FAMILIES.get(family.name, ())
+        for row in family_rows(family):
+            if row["regime"] not in regimes or (row["regime"] == "decode" and row["M"] not in FP32_DECODE_TOKENS):
+                continue
+            if row["regime"] == "inference" and row["M"] != family.train_tokens:
+                continue
+            name = f"fp32.{row['name']}"
+            rows.append(dict(row, name=name, family=f"fp32-{family.name}", regime="fp32", dtype="float32",
+                             quick=int(name in QUICK["fp32"])))
+    return rows
+
+
 SETS = {"models": models, "odd": odd, "deepk": deepk, "square": square, "batched": batched,
-        "misaligned": misaligned}
+        "misaligned": misaligned, "fp32": fp32}
 
 
 def write(path: Path, rows: list[dict], columns: list[str]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from jtblas.config import OPERAND_DTYPE_BYTES, Problem
 
 SHAPES_DIR = Path(__file__).resolve().parent / "shapes"
-SET_NAMES = ("models", "odd", "deepk", "square", "batched", "misaligned")
+SET_NAMES = ("models", "odd", "deepk", "square", "batched", "misaligned", "fp32")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 # Short names accepted in the dtype column.
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32"}

@@ -496,7 +496,25 @@ def test_the_misaligned_set_is_every_pass_of_odd_vocabularies_at_every_token_cou
         assert {(r.m, r.n, r.k, r.layout) for r in mine} == {
             shape for t in make_shapes.MISALIGNED_TOKENS
             for shape in ((t, vocab, hidden, "NN"), (t, hidden, vocab, "NT"), (hidden, vocab, t, "TN"))}
-    assert len(shapes.load(quick=True)) == 23 and len(shapes.load()) == 751
+    before_fp32 = shapes.SET_NAMES[:-1]
+    assert len(shapes.load(before_fp32, quick=True)) == 23 and len(shapes.load(before_fp32)) == 751
+
+
+def test_the_fp32_set_is_models_products_in_float32():
+    """fp32.csv: what a Flax model with no `dtype` runs (fp32 parameters and inputs, tf32 at JAX's
+    default precision): GPT-2's decode at 1 and 64 tokens and training step, BERT-large's training
+    step, ViT-B/16's inference batch; each row a models.csv row in float32; 41 rows, 1 quick."""
+    rows = shapes.load_set("fp32")
+    assert len(rows) == 41 and sum(r.quick for r in rows) == 1
+    assert {(r.dtype, r.precision, r.regime) for r in rows} == {("float32", "tf32", "fp32")}
+    models = {r.name: r for r in shapes.load_set("models")}
+    for row in rows:
+        twin = models[row.name.removeprefix("fp32.")]
+        assert (row.m, row.n, row.k, row.layout, row.family) == (twin.m, twin.n, twin.k, twin.layout,
+                                                                 f"fp32-{twin.family}")
+        assert twin.regime in make_shapes.FP32_FAMILIES[twin.family]
+    assert {r.m for r in rows if r.name.rsplit(".", 1)[1].startswith("M") and r.family == "fp32-gpt2"} == {1, 64}
+    assert len(shapes.load(quick=True)) == 24 and len(shapes.load()) == 792
 
 
 # ------------------------------------------------------------------------------ the report of record
