@@ -110,7 +110,9 @@ def _jaxlib_kernel_takes_scratch() -> bool:
         from jax._src.lib import gpu_triton
     except ImportError:
         return False
-    return "global_scratch_size" in (getattr(gpu_triton.TritonKernel.__init__, "__doc__", None) or "")
+    # Without the jax CUDA plugin the module is there but holds no TritonKernel.
+    kernel = getattr(gpu_triton, "TritonKernel", None)
+    return kernel is not None and "global_scratch_size" in (getattr(kernel.__init__, "__doc__", None) or "")
 
 
 # Global scratch (bytes per program, alignment) by kernel name, for the kernels that need it.

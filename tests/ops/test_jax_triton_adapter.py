@@ -39,6 +39,25 @@ def test_blank_triton_cache_dir_is_dropped(monkeypatch):
     assert os.environ["TRITON_CACHE_DIR"] == "/tmp/somewhere"
 
 
+def test_a_jaxlib_without_the_cuda_plugin_takes_no_scratch(monkeypatch):
+    """Without the jax CUDA plugin jaxlib's gpu_triton module holds no TritonKernel: no global
+    scratch then (an AttributeError here failed a lowering test in a plain `pip install`), and with
+    a TritonKernel whose constructor names `global_scratch_size`, scratch."""
+    import types
+
+    from jax._src import lib
+
+    class Kernel:
+        def __init__(self):
+            """TritonKernel(..., global_scratch_size: int)"""
+
+    for module, expected in ((types.SimpleNamespace(), False), (types.SimpleNamespace(TritonKernel=Kernel), True)):
+        monkeypatch.setattr(lib, "gpu_triton", module, raising=False)
+        jax_triton_adapter._jaxlib_kernel_takes_scratch.cache_clear()
+        assert jax_triton_adapter._jaxlib_kernel_takes_scratch() is expected
+    jax_triton_adapter._jaxlib_kernel_takes_scratch.cache_clear()
+
+
 def test_scratch_wrapper_passes_the_size_of_registered_kernels_only(monkeypatch):
     calls = []
 
