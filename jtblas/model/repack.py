@@ -202,8 +202,8 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
              hardware: Hardware) -> list[tuple[bool, bool, bool, bool, bool, bool]]:
     """(pad_a, pad_b, pad_k, transpose_a, transpose_b, pad_c) repack options worth ranking. K
     whose bytes are not a multiple of 16 is padded (both operands copied); otherwise each narrow
-    operand may be copied alone, or both. On a wgmma GPU a B stored [N, K] may be copied
-    transposed as well, and in tf32 the operands stored M- or N-major (`resources.transposed_operands`).
+    operand may be copied alone, or both. On a wgmma GPU the operands its tiles read slower as
+    stored than transposed (`slow_layouts`) may be copied transposed as well.
     Where a copy pads M or N, C is computed at the caller's shape (its rows as misaligned as the
     caller's N makes them) or padded and sliced: both are ranked."""
     if mode in ("always", "strides"):
@@ -223,13 +223,23 @@ def _options(problem: Problem, narrow: tuple[bool, bool], mode: str,
             singles = [(a, b, False) for a, b in ((True, False), (False, True)) if narrow[0 if a else 1]]
             options = singles + ([(True, True, False)] if len(singles) == 2 else [])
     options = [(*option, False, False) for option in options]
-    if problem.transpose_b and hardware.wgmma:
-        options.append((pad_k or narrow[0], True, pad_k, False, True))
-    if (transposed_a or transposed_b) and hardware.wgmma:
-        options.append((transposed_a or pad_k or narrow[0], transposed_b or pad_k or narrow[1], pad_k,
-                        transposed_a, transposed_b))
+    flip_a, flip_b = slow_layouts(problem)
+    if (flip_a or flip_b) and hardware.wgmma:
+        options.append((flip_a or pad_k or narrow[0], flip_b or pad_k or narrow[1], pad_k, flip_a, flip_b))
     return [(*option, pad_c) for option in options for pad_c in (False, True)
             if not pad_c or _grows(problem, *option)]
+
+
+def slow_layouts(problem: Problem) -> tuple[bool, bool]:
+    """Whether a wgmma tile reads A (B) slower as stored than transposed: in tf32 an operand stored
+    M- or N-major, which it copies into shared memory transposed (`resources.transposed_operands`);
+    in 16-bit dtypes a B stored [N, K] (`Constants.k_major_b_efficiency`: NT; TT is not slowed,
+    but its copy may pad); neither on FMA tiles."""
+    if resources.uses_fma(problem):
+        return False, False
+    if problem.dtype == "float32":
+        return resources.transposed_operands(problem)
+    return False, problem.transpose_b
 
 
 def _grows(problem: Problem, pad_a: bool, pad_b: bool, pad_k: bool, transpose_a: bool, transpose_b: bool) -> bool:
